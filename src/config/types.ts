@@ -1,0 +1,79 @@
+// The resolved, validated and frozen configuration. Everything downstream of
+// src/config/ reads only these types: durations are milliseconds, sizes are
+// bytes, header names are lower-case, defaults are already applied.
+
+export type Mode = 'enforce' | 'shadow' | 'passthrough';
+export type OnInFlight = 'conflict' | 'wait';
+export type OnUnknownOutcome = 'store' | 'release';
+export type OnExpiredLease = 'reexecute' | 'fail';
+export type OnStoreError = 'fail' | 'passthrough';
+
+export type KeySource =
+  | { readonly kind: 'header'; readonly header: string } // the default: keyHeader
+  | { readonly kind: 'fromHeader'; readonly header: string } // e.g. ce-id, webhook-id
+  | { readonly kind: 'fromBody'; readonly pointer: string }; // JSON Pointer, e.g. /id
+
+export type TenantSource =
+  | { readonly kind: 'fromHeader'; readonly header: string }
+  | { readonly kind: 'fromHeaderHash'; readonly header: string }
+  | { readonly kind: 'constant'; readonly value: string };
+
+export interface FingerprintPolicy {
+  readonly headers: readonly string[]; // lower-case header names
+  readonly query: boolean;
+  readonly json: 'raw' | 'canonical';
+  readonly exclude: readonly string[]; // JSON Pointers, only with json: canonical
+}
+
+export interface RoutePolicy {
+  readonly name: string;
+  readonly match: {
+    readonly methods: readonly string[] | null; // null = any method
+    readonly path: string; // glob, e.g. /v1/payments/**
+  };
+  readonly key: KeySource;
+  readonly methods: readonly string[]; // upper-case; requests with these go through idempotency
+  readonly required: boolean;
+  readonly ttlMs: number;
+  readonly leaseMs: number;
+  readonly maxBodyBytes: number;
+  readonly maxStoredResponseBytes: number;
+  readonly tenant: TenantSource;
+  readonly fingerprint: FingerprintPolicy;
+  readonly releaseOn: readonly number[];
+  readonly mode: Mode;
+  readonly mismatchStatus: 400 | 422;
+  readonly onInFlight: OnInFlight;
+  readonly waitMs: number; // bound for onInFlight: wait
+  readonly onUnknownOutcome: OnUnknownOutcome;
+  readonly onExpiredLease: OnExpiredLease;
+  readonly onStoreError: OnStoreError;
+  readonly storeHeaders: readonly string[]; // lower-case; added to the stored set
+  readonly dropHeaders: readonly string[]; // lower-case; removed from the stored set
+}
+
+export interface UpstreamConfig {
+  readonly url: string; // origin, e.g. http://127.0.0.1:3000
+  readonly timeoutMs: number; // bounds the whole upstream exchange
+  readonly connections: number;
+}
+
+export interface StoreConfig {
+  readonly postgres: string | null; // null → embedded PGlite
+  readonly redis: string | null; // null → no cache
+  readonly dataDir: string; // embedded store directory
+  readonly poolSize: number;
+  readonly migrate: boolean; // serve applies migrations at start
+  readonly sweepIntervalMs: number;
+  readonly sweepBatchSize: number;
+}
+
+export interface Config {
+  readonly listen: { readonly host: string; readonly port: number };
+  readonly admin: { readonly host: string; readonly port: number } | null;
+  readonly adminToken: string | null;
+  readonly upstream: UpstreamConfig;
+  readonly store: StoreConfig;
+  readonly logLevel: string;
+  readonly routes: readonly RoutePolicy[];
+}

@@ -1,0 +1,85 @@
+// Group commit for statements: requests that arrive while a statement is in
+// flight are sent together in the next one, so concurrent requests share one
+// round trip and one durable commit. An idle proxy sends at once: no timer,
+// no added latency. Items with equal `key(item)` never share a batch (one
+// statement must not touch the same row twice); the later one waits for the
+// next batch.
+
+export interface BatcherOptions<I, O> {
+  readonly run: (items: readonly I[]) => Promise<readonly O[]>;
+  readonly key?: (item: I) => string;
+  readonly maxBatch: number;
+  readonly maxInFlight: number;
+}
+
+interface Pending<I, O> {
+  readonly item: I;
+  readonly resolve: (o: O) => void;
+  readonly reject: (e: unknown) => void;
+}
+
+export class Batcher<I, O> {
+  private queue: Pending<I, O>[] = [];
+  private inFlight = 0;
+  private readonly opts: BatcherOptions<I, O>;
+
+  constructor(opts: BatcherOptions<I, O>) {
+    this.opts = opts;
+  }
+
+  submit(item: I): Promise<O> {
+    return new Promise<O>((resolve, reject) => {
+      this.queue.push({ item, resolve, reject });
+      if (this.inFlight < this.opts.maxInFlight) this.flush();
+    });
+  }
+
+  get pending(): number {
+    return this.queue.length;
+  }
+
+  private flush(): void {
+    if (this.queue.length === 0) return;
+    const batch = this.take();
+    this.inFlight++;
+    let settled: Promise<void>;
+    try {
+      settled = this.opts.run(batch.map((p) => p.item)).then(
+        (results) => {
+          for (let i = 0; i < batch.length; i++) batch[i]!.resolve(results[i]!);
+        },
+        (err) => {
+          for (const p of batch) p.reject(err);
+        },
+      );
+    } catch (err) {
+      for (const p of batch) p.reject(err);
+      settled = Promise.resolve();
+    }
+    void settled.finally(() => {
+      this.inFlight--;
+      if (this.queue.length > 0 && this.inFlight < this.opts.maxInFlight) this.flush();
+    });
+  }
+
+  private take(): Pending<I, O>[] {
+    const { maxBatch, key } = this.opts;
+    if (key === undefined || this.queue.length === 1) {
+      return this.queue.splice(0, maxBatch);
+    }
+    const seen = new Set<string>();
+    const batch: Pending<I, O>[] = [];
+    const rest: Pending<I, O>[] = [];
+    for (const p of this.queue) {
+      const k = key(p.item);
+      if (batch.length < maxBatch && !seen.has(k)) {
+        seen.add(k);
+        batch.push(p);
+      } else {
+        rest.push(p);
+      }
+    }
+    this.queue = rest;
+    return batch;
+  }
+}

@@ -1,0 +1,96 @@
+import pg from 'pg';
+import { type Db, type Queryable, type Statement, StoreUnavailableError } from './port.js';
+
+export interface PgDbOptions {
+  readonly connectionString: string;
+  readonly max: number;
+  readonly connectionTimeoutMs?: number;
+  readonly statementTimeoutMs?: number;
+  readonly onError?: (err: Error) => void;
+}
+
+// Errors that mean "the database could not be reached or dropped us", as
+// opposed to a bug in a statement. They become StoreUnavailableError (→ 503).
+const UNAVAILABLE_CODES = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH',
+  '57P01', '57P02', '57P03', '53300', '08000', '08003', '08006', '08001', '08004',
+]);
+
+export function isUnavailable(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: string }).code;
+  if (code !== undefined && UNAVAILABLE_CODES.has(code)) return true;
+  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|connection ended|Connection closed/i.test(err.message);
+}
+
+function wrap(err: unknown): unknown {
+  if (isUnavailable(err)) return new StoreUnavailableError(`PostgreSQL unavailable: ${(err as Error).message}`, { cause: err });
+  return err;
+}
+
+class PgQueryable implements Queryable {
+  constructor(private readonly client: pg.Pool | pg.PoolClient) {}
+  async query<R>(stmt: Statement, values: readonly unknown[]): Promise<R[]> {
+    try {
+      const res = await this.client.query({ name: stmt.name, text: stmt.text, values: values as unknown[] });
+      return res.rows as R[];
+    } catch (err) {
+      throw wrap(err);
+    }
+  }
+}
+
+export function createPgDb(opts: PgDbOptions): Db {
+  const pool = new pg.Pool({
+    connectionString: opts.connectionString,
+    max: opts.max,
+    connectionTimeoutMillis: opts.connectionTimeoutMs ?? 5000,
+    statement_timeout: opts.statementTimeoutMs ?? 30_000,
+    keepAlive: true,
+    application_name: 'idempotency-proxy',
+  });
+  // An idle client losing its connection must not crash the process.
+  pool.on('error', (err) => opts.onError?.(err));
+  const root = new PgQueryable(pool);
+  const safeUrl = redactUrl(opts.connectionString);
+  return {
+    singleInstance: false,
+    description: `PostgreSQL ${safeUrl}`,
+    query: (stmt, values) => root.query(stmt, values),
+    async transaction(fn) {
+      let client: pg.PoolClient;
+      try {
+        client = await pool.connect();
+      } catch (err) {
+        throw wrap(err);
+      }
+      let broken = false;
+      try {
+        await client.query('BEGIN');
+        const result = await fn(new PgQueryable(client));
+        await client.query('COMMIT');
+        return result;
+      } catch (err) {
+        try {
+          await client.query('ROLLBACK');
+        } catch {
+          broken = true;
+        }
+        throw wrap(err);
+      } finally {
+        client.release(broken);
+      }
+    },
+    close: () => pool.end(),
+  };
+}
+
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return '<unparseable url>';
+  }
+}

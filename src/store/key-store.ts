@@ -1,0 +1,214 @@
+import { Batcher } from './batcher.js';
+import { type Db, toBuffer } from './db/port.js';
+import type {
+  ClaimOutcome, ClaimRequest, CommitOutcome, CommitRequest, KeyRecord, StoredResponse,
+} from './records.js';
+import { claimStatement } from './sql/claim.js';
+import { commitStatement } from './sql/commit.js';
+import { releaseStatement } from './sql/release.js';
+import { extendStatement } from './sql/extend.js';
+import { getStatement } from './sql/get.js';
+import { purgeStatement } from './sql/purge.js';
+
+export interface KeyStoreOptions {
+  readonly maxBatch?: number;
+  /** Statements of one kind in flight at once (each on its own connection). */
+  readonly maxInFlight?: number;
+}
+
+interface ClaimRow {
+  ord: number;
+  claimed: boolean;
+  claim_attempt: number | null;
+  state: string | null;
+  fingerprint: unknown;
+  status_code: number | null;
+  response_headers: Array<[string, string]> | null;
+  response_body: unknown;
+  body_retained: boolean | null;
+  body_size: string | number | null;
+  retry_after_s: number | null;
+}
+
+type RawClaim = { readonly kind: 'claimed'; readonly attempt: number } | { readonly kind: 'row'; readonly row: ClaimRow } | { readonly kind: 'absent' };
+
+const CLAIM_ATTEMPTS = 5;
+const EMPTY = Buffer.alloc(0);
+
+export class ClaimRaceError extends Error {
+  readonly code = 'IDEMP_CLAIM_RACE';
+  constructor() {
+    super(`key neither claimed nor readable after ${CLAIM_ATTEMPTS} attempts`);
+  }
+}
+
+/**
+ * The key store: the state machine of one idempotency key, one statement per
+ * transition. Claims and commits of concurrent requests are batched.
+ */
+export class KeyStore {
+  private readonly claims: Batcher<ClaimRequest, RawClaim>;
+  private readonly commits: Batcher<CommitRequest, CommitOutcome>;
+
+  constructor(private readonly db: Db, opts: KeyStoreOptions = {}) {
+    const maxBatch = opts.maxBatch ?? 256;
+    const maxInFlight = opts.maxInFlight ?? (db.singleInstance ? 1 : 2);
+    this.claims = new Batcher({
+      run: (items) => this.runClaims(items),
+      key: (c) => `${c.tenantId}\u0000${c.key}`,
+      maxBatch,
+      maxInFlight,
+    });
+    this.commits = new Batcher({
+      run: (items) => this.runCommits(items),
+      key: (c) => `${c.tenantId}\u0000${c.key}`,
+      maxBatch,
+      maxInFlight,
+    });
+  }
+
+  get description(): string {
+    return this.db.description;
+  }
+
+  /**
+   * Claims a key or reports what holds it, in SPEC order: mismatch, then in
+   * flight, then outcome unknown, then complete.
+   */
+  async claim(req: ClaimRequest): Promise<ClaimOutcome> {
+    for (let i = 0; i < CLAIM_ATTEMPTS; i++) {
+      const raw = await this.claims.submit(req);
+      if (raw.kind === 'claimed') return raw;
+      if (raw.kind === 'absent') continue; // vanished or not yet visible: claim again
+      const outcome = decide(raw.row, req.fingerprint);
+      if (outcome !== null) return outcome;
+    }
+    throw new ClaimRaceError();
+  }
+
+  commit(req: CommitRequest): Promise<CommitOutcome> {
+    return this.commits.submit(req);
+  }
+
+  async release(tenantId: string, key: string, ownerToken: string): Promise<void> {
+    await this.db.query(releaseStatement, [tenantId, key, ownerToken]);
+  }
+
+  /** Extends the lease; false when the lease was lost to a takeover. */
+  async extend(tenantId: string, key: string, ownerToken: string, leaseMs: number): Promise<boolean> {
+    const rows = await this.db.query(extendStatement, [tenantId, key, ownerToken, leaseMs]);
+    return rows.length === 1;
+  }
+
+  async get(tenantId: string, key: string, withBody = false): Promise<KeyRecord | null> {
+    const rows = await this.db.query<Record<string, unknown>>(getStatement, [tenantId, key, withBody]);
+    const r = rows[0];
+    if (r === undefined) return null;
+    return {
+      tenantId: r.tenant_id as string,
+      key: r.idem_key as string,
+      state: r.state as KeyRecord['state'],
+      attempt: r.attempt as number,
+      onExpiredLease: r.on_expired_lease as KeyRecord['onExpiredLease'],
+      fingerprint: toBuffer(r.fingerprint) ?? EMPTY,
+      lockedUntil: (r.locked_until as Date | null) ?? null,
+      expiresAt: r.expires_at as Date,
+      createdAt: r.created_at as Date,
+      completedAt: (r.completed_at as Date | null) ?? null,
+      statusCode: (r.status_code as number | null) ?? null,
+      responseHeaders: (r.response_headers as Array<[string, string]> | null) ?? null,
+      responseBody: toBuffer(r.response_body),
+      bodyRetained: (r.body_retained as boolean | null) ?? null,
+      bodySize: r.body_size == null ? null : Number(r.body_size),
+      route: (r.route as string | null) ?? null,
+      method: (r.method as string | null) ?? null,
+      path: (r.path as string | null) ?? null,
+      expired: r.expired as boolean,
+      leaseExpired: r.lease_expired as boolean,
+      retryAfterS: (r.retry_after_s as number | null) ?? 1,
+    };
+  }
+
+  /** Removes one record whatever its state; returns the state it had. */
+  async purge(tenantId: string, key: string): Promise<string | null> {
+    const rows = await this.db.query<{ state: string }>(purgeStatement, [tenantId, key]);
+    return rows[0]?.state ?? null;
+  }
+
+  private async runClaims(items: readonly ClaimRequest[]): Promise<RawClaim[]> {
+    const n = items.length;
+    const tenants = new Array<string>(n), keys = new Array<string>(n), fps = new Array<string>(n);
+    const owners = new Array<string>(n), leases = new Array<number>(n), ttls = new Array<number>(n);
+    const policies = new Array<string>(n), routes = new Array<string>(n), methods = new Array<string>(n);
+    const paths = new Array<string>(n);
+    for (let i = 0; i < n; i++) {
+      const c = items[i]!;
+      tenants[i] = c.tenantId; keys[i] = c.key; fps[i] = c.fingerprint.toString('hex');
+      owners[i] = c.ownerToken; leases[i] = c.leaseMs; ttls[i] = c.ttlMs;
+      policies[i] = c.onExpiredLease; routes[i] = c.route; methods[i] = c.method; paths[i] = c.path;
+    }
+    const rows = await this.db.query<ClaimRow>(claimStatement, [
+      tenants, keys, fps, owners, leases, ttls, policies, routes, methods, paths,
+    ]);
+    const out = new Array<RawClaim>(n);
+    for (const row of rows) {
+      const i = row.ord - 1;
+      if (row.claimed) out[i] = { kind: 'claimed', attempt: row.claim_attempt ?? 1 };
+      else if (row.state === null) out[i] = { kind: 'absent' };
+      else out[i] = { kind: 'row', row };
+    }
+    for (let i = 0; i < n; i++) if (out[i] === undefined) out[i] = { kind: 'absent' };
+    return out;
+  }
+
+  private async runCommits(items: readonly CommitRequest[]): Promise<CommitOutcome[]> {
+    const n = items.length;
+    const tenants = new Array<string>(n), keys = new Array<string>(n), owners = new Array<string>(n);
+    const statuses = new Array<number>(n), headers = new Array<string>(n), bodies = new Array<string>(n);
+    const retained = new Array<boolean>(n), sizes = new Array<number>(n);
+    for (let i = 0; i < n; i++) {
+      const c = items[i]!;
+      tenants[i] = c.tenantId; keys[i] = c.key; owners[i] = c.ownerToken;
+      statuses[i] = c.response.status; headers[i] = JSON.stringify(c.response.headers);
+      bodies[i] = c.response.body.toString('hex'); retained[i] = c.response.bodyRetained;
+      sizes[i] = c.response.bodySize;
+    }
+    const rows = await this.db.query<{ tenant_id: string; idem_key: string; ttl_left_ms: number }>(commitStatement, [
+      tenants, keys, owners, statuses, headers, bodies, retained, sizes,
+    ]);
+    const done = new Map<string, number>();
+    for (const r of rows) done.set(`${r.tenant_id}\u0000${r.idem_key}`, r.ttl_left_ms);
+    return items.map((c): CommitOutcome => {
+      const ttl = done.get(`${c.tenantId}\u0000${c.key}`);
+      return ttl === undefined ? { committed: false } : { committed: true, ttlLeftMs: ttl };
+    });
+  }
+}
+
+function decide(row: ClaimRow, fingerprint: Buffer): ClaimOutcome | null {
+  switch (row.state) {
+    case 'outcome_unknown':
+      // Set by this very claim (fingerprint matched) or found so.
+      if (row.fingerprint != null && !fingerprint.equals(toBuffer(row.fingerprint)!)) return { kind: 'mismatch' };
+      return { kind: 'outcome_unknown' };
+    case 'in_flight':
+      if (!fingerprint.equals(toBuffer(row.fingerprint)!)) return { kind: 'mismatch' };
+      return { kind: 'in_flight', retryAfterS: row.retry_after_s ?? 1 };
+    case 'complete': {
+      if (!fingerprint.equals(toBuffer(row.fingerprint)!)) return { kind: 'mismatch' };
+      return { kind: 'complete', response: toStored(row) };
+    }
+    default:
+      return null;
+  }
+}
+
+function toStored(row: ClaimRow): StoredResponse {
+  return {
+    status: row.status_code ?? 502,
+    headers: row.response_headers ?? [],
+    body: toBuffer(row.response_body) ?? EMPTY,
+    bodyRetained: row.body_retained ?? true,
+    bodySize: row.body_size == null ? 0 : Number(row.body_size),
+  };
+}

@@ -1,0 +1,66 @@
+// What the store hands to the lifecycle: tagged values, never raw rows.
+
+export type OnExpiredLeasePolicy = 'reexecute' | 'fail';
+
+export interface ClaimRequest {
+  readonly tenantId: string;
+  readonly key: string;
+  readonly fingerprint: Buffer; // 32 bytes
+  readonly ownerToken: string; // uuid
+  readonly leaseMs: number;
+  readonly ttlMs: number;
+  readonly onExpiredLease: OnExpiredLeasePolicy;
+  readonly route: string;
+  readonly method: string;
+  readonly path: string;
+}
+
+/** A stored response, as replayed. Headers keep order and repeated names. */
+export interface StoredResponse {
+  readonly status: number;
+  readonly headers: ReadonlyArray<readonly [string, string]>;
+  readonly body: Buffer;
+  readonly bodyRetained: boolean;
+  readonly bodySize: number;
+}
+
+export type ClaimOutcome =
+  | { readonly kind: 'claimed'; readonly attempt: number }
+  | { readonly kind: 'mismatch' }
+  | { readonly kind: 'in_flight'; readonly retryAfterS: number }
+  | { readonly kind: 'outcome_unknown' }
+  | { readonly kind: 'complete'; readonly response: StoredResponse };
+
+export interface CommitRequest {
+  readonly tenantId: string;
+  readonly key: string;
+  readonly ownerToken: string;
+  readonly response: StoredResponse;
+}
+
+/** committed: false means the lease was taken over (fenced out). */
+export type CommitOutcome = { readonly committed: true; readonly ttlLeftMs: number } | { readonly committed: false };
+
+export interface KeyRecord {
+  readonly tenantId: string;
+  readonly key: string;
+  readonly state: 'in_flight' | 'complete' | 'outcome_unknown';
+  readonly attempt: number;
+  readonly onExpiredLease: OnExpiredLeasePolicy;
+  readonly fingerprint: Buffer;
+  readonly lockedUntil: Date | null;
+  readonly expiresAt: Date;
+  readonly createdAt: Date;
+  readonly completedAt: Date | null;
+  readonly statusCode: number | null;
+  readonly responseHeaders: ReadonlyArray<readonly [string, string]> | null;
+  readonly responseBody: Buffer | null; // only when asked for
+  readonly bodyRetained: boolean | null;
+  readonly bodySize: number | null;
+  readonly route: string | null;
+  readonly method: string | null;
+  readonly path: string | null;
+  readonly expired: boolean;
+  readonly leaseExpired: boolean;
+  readonly retryAfterS: number;
+}

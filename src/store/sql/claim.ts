@@ -1,0 +1,59 @@
+import type { Statement } from '../db/port.js';
+
+// The atomic claim, for a batch of distinct (tenant_id, idem_key) pairs in one
+// statement and one commit. For each input row it either
+//   - inserts a new in_flight row with a lease and the caller's owner token,
+//   - takes over a row whose retention expired (the key is new again),
+//   - takes over an in_flight row whose lease ran out, same fingerprint
+//     (on_expired_lease = reexecute), or marks it outcome_unknown (= fail),
+//   - or leaves the row alone, and returns it as it stood (duplicate).
+// Every time comparison uses the database clock. One row comes back per input,
+// in input order (ord). A row with neither claim nor existing columns vanished
+// or is not yet visible: the caller claims again.
+export const claimStatement: Statement = {
+  name: 'idem_claim_v1',
+  text: `
+WITH input AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::float8[], $6::float8[],
+                       $7::text[], $8::text[], $9::text[], $10::text[])
+    WITH ORDINALITY AS i(tenant_id, idem_key, fp, owner_token, lease_ms, ttl_ms,
+                         on_expired_lease, route, method, path, ord)
+), claimed AS (
+  INSERT INTO idempotency_keys AS k
+    (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
+     locked_until, expires_at, created_at, route, method, path)
+  SELECT tenant_id, idem_key, decode(fp, 'hex'), 'in_flight', owner_token, 1, on_expired_lease,
+         now() + lease_ms * interval '1 millisecond', now() + ttl_ms * interval '1 millisecond',
+         now(), route, method, path
+    FROM input
+  ON CONFLICT (tenant_id, idem_key) DO UPDATE SET
+    fingerprint      = EXCLUDED.fingerprint,
+    state            = CASE WHEN k.expires_at > now() AND k.on_expired_lease = 'fail'
+                            THEN 'outcome_unknown' ELSE 'in_flight' END,
+    owner_token      = CASE WHEN k.expires_at > now() AND k.on_expired_lease = 'fail'
+                            THEN k.owner_token ELSE EXCLUDED.owner_token END,
+    attempt          = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempt + 1 END,
+    on_expired_lease = CASE WHEN k.expires_at <= now() THEN EXCLUDED.on_expired_lease ELSE k.on_expired_lease END,
+    locked_until     = CASE WHEN k.expires_at > now() AND k.on_expired_lease = 'fail'
+                            THEN k.locked_until ELSE EXCLUDED.locked_until END,
+    expires_at       = CASE WHEN k.expires_at <= now() THEN EXCLUDED.expires_at ELSE k.expires_at END,
+    created_at       = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,
+    completed_at     = NULL, status_code = NULL, response_headers = NULL,
+    response_body    = NULL, body_retained = NULL, body_size = NULL,
+    route = EXCLUDED.route, method = EXCLUDED.method, path = EXCLUDED.path
+  WHERE k.expires_at <= now()
+     OR (k.state = 'in_flight' AND k.locked_until <= now() AND k.fingerprint = EXCLUDED.fingerprint)
+  RETURNING k.tenant_id, k.idem_key, k.state, k.owner_token, k.attempt
+)
+SELECT i.ord::int AS ord,
+       (c.owner_token IS NOT NULL AND c.owner_token = i.owner_token AND c.state = 'in_flight') AS claimed,
+       c.attempt AS claim_attempt,
+       coalesce(c.state, e.state) AS state,
+       e.fingerprint, e.status_code, e.response_headers, e.response_body, e.body_retained, e.body_size,
+       greatest(1, ceil(extract(epoch FROM (e.locked_until - now()))))::int AS retry_after_s
+  FROM input i
+  LEFT JOIN claimed c ON c.tenant_id = i.tenant_id AND c.idem_key = i.idem_key
+  LEFT JOIN idempotency_keys e
+         ON c.tenant_id IS NULL AND e.tenant_id = i.tenant_id AND e.idem_key = i.idem_key AND e.expires_at > now()
+ ORDER BY i.ord`,
+};

@@ -1,0 +1,147 @@
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash, randomUUID } from 'node:crypto';
+import { KeyStore } from '../../src/store/key-store.js';
+import { sweepOnce } from '../../src/store/sweeper.js';
+import { migrate } from '../../src/store/migrate.js';
+import type { ClaimRequest, StoredResponse } from '../../src/store/records.js';
+import type { Db } from '../../src/store/db/port.js';
+import { openBackend, type Backend } from '../helpers/db.js';
+
+const fp = (s: string) => createHash('sha256').update(s).digest();
+
+function claimReq(key: string, over: Partial<ClaimRequest> = {}): ClaimRequest {
+  return {
+    tenantId: 't1', key, fingerprint: fp('body'), ownerToken: randomUUID(), leaseMs: 60_000, ttlMs: 3_600_000,
+    onExpiredLease: 'reexecute', route: 'r', method: 'POST', path: '/p', ...over,
+  };
+}
+
+const response: StoredResponse = {
+  status: 201,
+  headers: [['content-type', 'application/octet-stream'], ['set-cookie', 'a=1'], ['set-cookie', 'b=2']],
+  body: Buffer.from([0, 1, 2, 255, 254, 0x1f, 0x8b]),
+  bodyRetained: true,
+  bodySize: 7,
+};
+
+const raw = (db: Db, text: string, values: unknown[] = []) => db.query({ name: '', text }, values);
+
+for (const backend of ['postgres', 'pglite'] as Backend[]) {
+  describe(`KeyStore on ${backend}`, () => {
+    let db: Db;
+    let close: () => Promise<void>;
+    let store: KeyStore;
+    before(async () => {
+      ({ db, close } = await openBackend(backend));
+      store = new KeyStore(db);
+    });
+    after(async () => close());
+
+    test('migrate is idempotent', async () => {
+      const again = await migrate(db);
+      assert.equal(again.applied.length, 0);
+    });
+
+    test('claim, duplicate in flight, commit, replay byte for byte', async () => {
+      const first = claimReq('k-basic');
+      assert.deepEqual(await store.claim(first), { kind: 'claimed', attempt: 1 });
+      const dup = await store.claim(claimReq('k-basic'));
+      assert.equal(dup.kind, 'in_flight');
+      assert.ok(dup.kind === 'in_flight' && dup.retryAfterS >= 59 && dup.retryAfterS <= 60);
+      const c = await store.commit({ tenantId: 't1', key: 'k-basic', ownerToken: first.ownerToken, response });
+      assert.equal(c.committed, true);
+      const replay = await store.claim(claimReq('k-basic'));
+      assert.equal(replay.kind, 'complete');
+      assert.ok(replay.kind === 'complete');
+      assert.equal(replay.response.status, 201);
+      assert.deepEqual(replay.response.headers, response.headers);
+      assert.ok(replay.response.body.equals(response.body));
+    });
+
+    test('different fingerprint is a mismatch, in flight and complete', async () => {
+      const first = claimReq('k-mm');
+      await store.claim(first);
+      assert.equal((await store.claim(claimReq('k-mm', { fingerprint: fp('other') }))).kind, 'mismatch');
+      await store.commit({ tenantId: 't1', key: 'k-mm', ownerToken: first.ownerToken, response });
+      assert.equal((await store.claim(claimReq('k-mm', { fingerprint: fp('other') }))).kind, 'mismatch');
+    });
+
+    test('keys are scoped by tenant', async () => {
+      assert.equal((await store.claim(claimReq('k-ten', { tenantId: 'a' }))).kind, 'claimed');
+      assert.equal((await store.claim(claimReq('k-ten', { tenantId: 'b' }))).kind, 'claimed');
+    });
+
+    test('release gives the key back; a foreign owner token cannot release or commit', async () => {
+      const first = claimReq('k-rel');
+      await store.claim(first);
+      await store.release('t1', 'k-rel', randomUUID());
+      assert.equal((await store.claim(claimReq('k-rel'))).kind, 'in_flight');
+      const fenced = await store.commit({ tenantId: 't1', key: 'k-rel', ownerToken: randomUUID(), response });
+      assert.equal(fenced.committed, false);
+      await store.release('t1', 'k-rel', first.ownerToken);
+      assert.equal((await store.claim(claimReq('k-rel'))).kind, 'claimed');
+    });
+
+    test('expired lease: reexecute takes over and fences the old owner out', async () => {
+      const first = claimReq('k-lease', { leaseMs: 1 });
+      await store.claim(first);
+      await new Promise((r) => setTimeout(r, 20));
+      // a different payload never takes over
+      assert.equal((await store.claim(claimReq('k-lease', { fingerprint: fp('x') }))).kind, 'mismatch');
+      const second = claimReq('k-lease');
+      assert.deepEqual(await store.claim(second), { kind: 'claimed', attempt: 2 });
+      assert.equal((await store.commit({ tenantId: 't1', key: 'k-lease', ownerToken: first.ownerToken, response })).committed, false);
+      assert.equal(await store.extend('t1', 'k-lease', first.ownerToken, 1000), false);
+      assert.equal(await store.extend('t1', 'k-lease', second.ownerToken, 60_000), true);
+      assert.equal((await store.commit({ tenantId: 't1', key: 'k-lease', ownerToken: second.ownerToken, response })).committed, true);
+    });
+
+    test('expired lease with onExpiredLease fail becomes outcome_unknown until purged', async () => {
+      await store.claim(claimReq('k-fail', { leaseMs: 1, onExpiredLease: 'fail' }));
+      await new Promise((r) => setTimeout(r, 20));
+      assert.equal((await store.claim(claimReq('k-fail'))).kind, 'outcome_unknown');
+      assert.equal((await store.claim(claimReq('k-fail'))).kind, 'outcome_unknown');
+      const rec = await store.get('t1', 'k-fail');
+      assert.equal(rec?.state, 'outcome_unknown');
+      assert.equal(await store.purge('t1', 'k-fail'), 'outcome_unknown');
+      assert.equal((await store.claim(claimReq('k-fail'))).kind, 'claimed');
+    });
+
+    test('extend keeps a live lease alive', async () => {
+      const first = claimReq('k-ext', { leaseMs: 300 });
+      await store.claim(first);
+      assert.equal(await store.extend('t1', 'k-ext', first.ownerToken, 60_000), true);
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal((await store.claim(claimReq('k-ext'))).kind, 'in_flight');
+    });
+
+    test('retention expiry makes a key new again, and the sweeper removes expired rows', async () => {
+      const first = claimReq('k-ttl');
+      await store.claim(first);
+      await store.commit({ tenantId: 't1', key: 'k-ttl', ownerToken: first.ownerToken, response });
+      await store.claim(claimReq('k-ttl-2'));
+      await raw(db, `UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE idem_key IN ('k-ttl', 'k-ttl-2')`);
+      assert.deepEqual(await store.claim(claimReq('k-ttl', { fingerprint: fp('new payload') })), { kind: 'claimed', attempt: 1 });
+      const r = await sweepOnce(db, 1);
+      assert.equal(r.locked, true);
+      assert.equal(r.deleted, 1);
+      assert.equal(await store.get('t1', 'k-ttl-2'), null);
+      assert.notEqual(await store.get('t1', 'k-ttl'), null);
+    });
+
+    test('50 concurrent claims of one key: exactly one wins', async () => {
+      const outcomes = await Promise.all(Array.from({ length: 50 }, () => store.claim(claimReq('k-race'))));
+      assert.equal(outcomes.filter((o) => o.kind === 'claimed').length, 1);
+      assert.equal(outcomes.filter((o) => o.kind === 'in_flight').length, 49);
+    });
+
+    test('200 concurrent claims of distinct keys are batched and all claimed', async () => {
+      const reqs = Array.from({ length: 200 }, (_, i) => claimReq(`k-many-${i}`));
+      const outcomes = await Promise.all(reqs.map((r) => store.claim(r)));
+      assert.ok(outcomes.every((o) => o.kind === 'claimed'));
+      const commits = await Promise.all(reqs.map((r) => store.commit({ tenantId: r.tenantId, key: r.key, ownerToken: r.ownerToken, response })));
+      assert.ok(commits.every((c) => c.committed));
+    });
+  });
+}
