@@ -1,0 +1,23 @@
+import type { Writable } from 'node:stream';
+import { ConfigError } from '../config/errors.js';
+
+export interface CliIo {
+  readonly env: NodeJS.ProcessEnv;
+  readonly stdout: Writable;
+  readonly stderr: Writable;
+  /** Registers the graceful-shutdown callback (SIGTERM/SIGINT). */
+  readonly onShutdownSignal: (fn: (signal: string) => void) => void;
+}
+
+/** A failure the user can act on: printed without a stack, exit code 2. */
+export class CliError extends Error {
+  constructor(message: string, readonly exitCode = 2) {
+    super(message);
+  }
+}
+
+export function formatError(err: unknown): string {
+  if (err instanceof ConfigError) return err.message;
+  if (err instanceof CliError) return err.message;
+  return (err as Error)?.message ?? String(err);
+}

@@ -1,0 +1,41 @@
+import type { CommandModule } from 'yargs';
+import { startProxy } from '../app.js';
+import type { CliIo } from './io.js';
+import type { Outcome } from './index.js';
+import { commandConfig, withServeFlags, type CommonArgs } from './options.js';
+
+interface ServeArgs extends CommonArgs {
+  upstream?: string;
+  listen?: string;
+  admin?: string;
+  'redis-url'?: string;
+  'log-level'?: string;
+}
+
+export function serveCommand(io: CliIo, outcome: Outcome): CommandModule<CommonArgs, ServeArgs> {
+  return {
+    command: 'serve',
+    describe: 'Run the proxy (with no config file, --upstream alone is enough)',
+    builder: (y) => withServeFlags(y)
+      .example('$0 serve --upstream http://127.0.0.1:3000', 'embedded store, every POST/PATCH with an Idempotency-Key deduplicated')
+      .example('$0 serve --config config/payments.yaml --database-url postgres://…', 'production-like'),
+    handler: async (args) => {
+      const config = commandConfig(args, io);
+      const proxy = await startProxy(config);
+      await new Promise<void>((resolve) => {
+        io.onShutdownSignal((signal) => {
+          proxy.logger.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
+          proxy.close().then(() => {
+            proxy.logger.info('shutdown complete');
+            proxy.logger.flush();
+            resolve();
+          }, (err: Error) => {
+            proxy.logger.error({ err: err.message }, 'shutdown failed');
+            outcome.code = 1;
+            resolve();
+          });
+        });
+      });
+    },
+  };
+}

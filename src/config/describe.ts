@@ -1,0 +1,97 @@
+// The resolved configuration as text, for `check-config`: every route's
+// effective policy with durations and sizes human-readable. Secrets (database
+// and Redis passwords, the admin token) are never printed.
+
+import type { Config, KeySource, RoutePolicy, TenantSource } from './types.js';
+import { maskUrl } from './mask.js';
+import { formatDuration, formatSize } from './units.js';
+
+const address = (a: { host: string; port: number }): string =>
+  `${a.host.includes(':') ? `[${a.host}]` : a.host}:${a.port}`;
+
+function table(rows: readonly (readonly [string, string])[], indent = '  '): string[] {
+  const width = Math.max(...rows.map(([label]) => label.length));
+  return rows.map(([label, value]) => `${indent}${label.padEnd(width)}  ${value}`);
+}
+
+function keyText(key: KeySource, required: boolean): string {
+  const where =
+    key.kind === 'fromBody' ? `body field ${key.pointer} (JSON Pointer)` : `header ${key.header}`;
+  return `${where}${required ? ', required (400 without it)' : ', optional (forwarded without deduplication when absent)'}`;
+}
+
+function tenantText(tenant: TenantSource): string {
+  switch (tenant.kind) {
+    case 'fromHeader':
+      return `header ${tenant.header}`;
+    case 'fromHeaderHash':
+      return `SHA-256 of header ${tenant.header}`;
+    case 'constant':
+      return `constant ${JSON.stringify(tenant.value)}`;
+  }
+}
+
+function fingerprintText(route: RoutePolicy): string {
+  const fp = route.fingerprint;
+  const parts = ['method', 'path'];
+  if (fp.query) parts.push('query');
+  if (fp.headers.length > 0) parts.push(`headers ${fp.headers.join(', ')}`);
+  if (fp.json === 'raw') parts.push('body (raw bytes)');
+  else parts.push(`body (canonical JSON${fp.exclude.length > 0 ? `, ignoring ${fp.exclude.join(', ')}` : ''})`);
+  return parts.join(', ');
+}
+
+function storedHeadersText(route: RoutePolicy): string {
+  let text = 'end-to-end headers except date, set-cookie, hop-by-hop, framing and request ids';
+  if (route.storeHeaders.length > 0) text += `; plus ${route.storeHeaders.join(', ')}`;
+  if (route.dropHeaders.length > 0) text += `; minus ${route.dropHeaders.join(', ')}`;
+  return text;
+}
+
+function describeRoute(route: RoutePolicy, index: number, count: number): string[] {
+  const methods = route.match.methods === null ? 'any method' : route.match.methods.join(', ');
+  const head = `route ${index + 1}/${count} ${JSON.stringify(route.name)}`;
+  const match: [string, string] = ['match', `${methods} ${route.match.path}`];
+  if (route.mode === 'passthrough') return [head, ...table([match, ['mode', 'passthrough (forwarded untouched)']])];
+  return [
+    head,
+    ...table([
+      match,
+      ['mode', route.mode === 'shadow' ? 'shadow (records and reports, never blocks)' : 'enforce'],
+      ['deduplicates', route.methods.join(', ')],
+      ['key', keyText(route.key, route.required)],
+      ['tenant', tenantText(route.tenant)],
+      ['fingerprint', fingerprintText(route)],
+      ['ttl', formatDuration(route.ttlMs)],
+      ['lease', formatDuration(route.leaseMs)],
+      ['in flight', route.onInFlight === 'wait' ? `wait up to ${formatDuration(route.waitMs)}, then 409` : '409 with Retry-After'],
+      ['key reused', `${route.mismatchStatus} for a different payload`],
+      ['release on', route.releaseOn.length > 0 ? route.releaseOn.join(', ') : 'nothing'],
+      ['unknown outcome', route.onUnknownOutcome === 'store' ? 'store the 502/504 answer' : 'release the key'],
+      ['expired lease', route.onExpiredLease === 'reexecute' ? 're-execute' : 'fail (409 until purged or expired)'],
+      ['store error', route.onStoreError === 'fail' ? '503 (fail closed)' : 'forward without deduplication'],
+      ['request body', `up to ${formatSize(route.maxBodyBytes)} (413 above)`],
+      ['stored body', `up to ${formatSize(route.maxStoredResponseBytes)} (larger bodies are not retained)`],
+      ['stored headers', storedHeadersText(route)],
+    ]),
+  ];
+}
+
+/** A human-readable summary of `config`; safe to print (no secrets). */
+export function describeConfig(config: Config): string {
+  const { store, upstream } = config;
+  const admin =
+    config.admin === null ? 'disabled' : `${address(config.admin)} (admin token: ${config.adminToken === null ? 'none' : 'set, not shown'})`;
+  const header = table([
+    ['listen', address(config.listen)],
+    ['admin', admin],
+    ['upstream', `${upstream.url} (timeout ${formatDuration(upstream.timeoutMs)}, ${upstream.connections} connections)`],
+    ['store', store.postgres === null ? `embedded PGlite in ${store.dataDir} (single instance only)` : `PostgreSQL ${maskUrl(store.postgres)} (pool ${store.poolSize})`],
+    ['cache', store.redis === null ? 'none' : `Redis ${maskUrl(store.redis)}`],
+    ['migrations', store.migrate ? 'applied by serve at start' : 'not applied by serve (run migrate)'],
+    ['sweeper', `every ${formatDuration(store.sweepIntervalMs)}, ${store.sweepBatchSize} rows per batch`],
+    ['log level', config.logLevel],
+  ]);
+  const routes = config.routes.flatMap((route, i) => ['', ...describeRoute(route, i, config.routes.length)]);
+  return ['idempotency-proxy configuration', ...header, ...routes, '', 'requests matching no route are forwarded untouched', ''].join('\n');
+}

@@ -1,0 +1,181 @@
+// One layer of per-route policy (the `defaults` block or one route), read
+// from the validated tree with units converted and names normalised. Fields
+// the layer does not set stay undefined so layers can be merged. Checks that
+// concern a single field are made here; checks across fields after merging.
+
+import { METHODS } from 'node:http';
+import type { KeySource, Mode, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, TenantSource } from './types.js';
+import type { Issues, Path } from './issues.js';
+import { parseDuration, parseSize } from './units.js';
+
+export interface PolicyLayer {
+  readonly path: Path;
+  keyHeader?: string;
+  key?: KeySource;
+  methods?: string[];
+  required?: boolean;
+  ttlMs?: number;
+  leaseMs?: number;
+  maxBodyBytes?: number;
+  maxStoredResponseBytes?: number;
+  tenant?: TenantSource;
+  fingerprint: { headers?: string[]; query?: boolean; json?: 'raw' | 'canonical'; exclude?: string[] };
+  releaseOn?: number[];
+  mode?: Mode;
+  mismatchStatus?: 400 | 422;
+  onInFlight?: OnInFlight;
+  waitMs?: number;
+  onUnknownOutcome?: OnUnknownOutcome;
+  onExpiredLease?: OnExpiredLease;
+  onStoreError?: OnStoreError;
+  storeHeaders?: string[];
+  dropHeaders?: string[];
+}
+
+const KNOWN_METHODS: ReadonlySet<string> = new Set(METHODS);
+const MAX_BODY = 1_073_741_824; // 1GiB: bodies are buffered, and PostgreSQL bytea stops at 1GB
+const JSON_POINTER = /^(\/([^~/]|~[01])*)*$/;
+const FRAMING_OR_HOP_BY_HOP: ReadonlySet<string> = new Set([
+  'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'te', 'trailer', 'upgrade',
+]);
+const CREDENTIAL_HEADERS: ReadonlySet<string> = new Set(['authorization', 'proxy-authorization', 'cookie']);
+
+type Raw = Record<string, unknown>;
+
+export const isRecord = (value: unknown): value is Raw =>
+  value !== null && typeof value === 'object' && !Array.isArray(value);
+
+const stringsOf = (value: unknown): string[] | undefined =>
+  Array.isArray(value) && value.every((v) => typeof v === 'string') ? (value as string[]) : undefined;
+
+const unique = <T>(values: readonly T[]): T[] => [...new Set(values)];
+
+function oneOf<T extends string | number>(value: unknown, allowed: readonly T[]): T | undefined {
+  return allowed.includes(value as T) ? (value as T) : undefined;
+}
+
+function unit(raw: Raw, field: string, base: Path, issues: Issues, parse: (v: string | number) => number): number | undefined {
+  const value = raw[field];
+  if (typeof value !== 'string' && typeof value !== 'number') return undefined;
+  try {
+    return parse(value);
+  } catch (error) {
+    issues.add([...base, field], (error as Error).message);
+    return undefined;
+  }
+}
+
+/** Upper-cased, de-duplicated methods; unknown ones are reported. */
+export function readMethods(value: unknown, path: Path, issues: Issues): string[] | undefined {
+  const list = stringsOf(value);
+  if (list === undefined) return undefined;
+  const methods = unique(list.map((m) => m.toUpperCase()));
+  methods.forEach((m, i) => {
+    if (!KNOWN_METHODS.has(m)) issues.add([...path, i], `unknown HTTP method ${JSON.stringify(m)}`);
+  });
+  return methods;
+}
+
+function headers(value: unknown): string[] | undefined {
+  const list = stringsOf(value);
+  return list === undefined ? undefined : unique(list.map((h) => h.toLowerCase()));
+}
+
+function checkPointer(pointer: string, path: Path, issues: Issues, what: string): void {
+  if (pointer === '') issues.add(path, `${what} must point into the body, not at the whole document ("")`);
+  else if (!JSON_POINTER.test(pointer)) {
+    issues.add(path, `must be a JSON Pointer (RFC 6901) such as /id or /data/object/id; got ${JSON.stringify(pointer)}`);
+  }
+}
+
+function readKey(raw: Raw, base: Path, issues: Issues): KeySource | undefined {
+  const key = raw.key;
+  if (!isRecord(key)) return undefined;
+  if (typeof key.fromHeader === 'string') return { kind: 'fromHeader', header: key.fromHeader.toLowerCase() };
+  if (typeof key.fromBody === 'string') {
+    checkPointer(key.fromBody, [...base, 'key', 'fromBody'], issues, 'the key');
+    return { kind: 'fromBody', pointer: key.fromBody };
+  }
+  return undefined;
+}
+
+function readTenant(raw: Raw, base: Path, issues: Issues): TenantSource | undefined {
+  const tenant = raw.tenant;
+  if (!isRecord(tenant)) return undefined;
+  if (typeof tenant.fromHeader === 'string') {
+    const header = tenant.fromHeader.toLowerCase();
+    if (CREDENTIAL_HEADERS.has(header)) {
+      issues.add([...base, 'tenant', 'fromHeader'], `${header} carries credentials, which are never stored: use { fromHeaderHash: ${header} }`);
+    }
+    return { kind: 'fromHeader', header };
+  }
+  if (typeof tenant.fromHeaderHash === 'string') return { kind: 'fromHeaderHash', header: tenant.fromHeaderHash.toLowerCase() };
+  if (typeof tenant.constant === 'string') return { kind: 'constant', value: tenant.constant };
+  return undefined;
+}
+
+function readFingerprint(raw: Raw, base: Path, issues: Issues): PolicyLayer['fingerprint'] {
+  const fp = raw.fingerprint;
+  if (!isRecord(fp)) return {};
+  const exclude = stringsOf(fp.exclude);
+  exclude?.forEach((pointer, i) => checkPointer(pointer, [...base, 'fingerprint', 'exclude', i], issues, 'an excluded field'));
+  return {
+    headers: headers(fp.headers),
+    query: typeof fp.query === 'boolean' ? fp.query : undefined,
+    json: oneOf(fp.json, ['raw', 'canonical'] as const),
+    exclude: exclude === undefined ? undefined : unique(exclude),
+  };
+}
+
+function readStoreHeaders(raw: Raw, base: Path, issues: Issues): string[] | undefined {
+  const list = headers(raw.storeHeaders);
+  list?.forEach((header) => {
+    if (FRAMING_OR_HOP_BY_HOP.has(header) || header.startsWith('proxy-')) {
+      issues.add([...base, 'storeHeaders'], `${header} is a hop-by-hop or framing header and is never stored`);
+    }
+  });
+  return list;
+}
+
+function readSize(raw: Raw, field: string, base: Path, issues: Issues): number | undefined {
+  const bytes = unit(raw, field, base, issues, parseSize);
+  if (bytes !== undefined && bytes > MAX_BODY) issues.add([...base, field], 'must be at most 1GiB');
+  return bytes;
+}
+
+function readPositiveDuration(raw: Raw, field: string, base: Path, issues: Issues): number | undefined {
+  const ms = unit(raw, field, base, issues, parseDuration);
+  if (ms === 0) issues.add([...base, field], 'must be longer than 0');
+  return ms;
+}
+
+/** Reads one policy layer; `raw` may still contain values the schema rejected. */
+export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): PolicyLayer {
+  const r: Raw = isRecord(raw) ? raw : {};
+  if (r.key !== undefined && r.keyHeader !== undefined) {
+    issues.add([...base, 'key'], 'set either key or keyHeader, not both');
+  }
+  return {
+    path: base,
+    keyHeader: typeof r.keyHeader === 'string' ? r.keyHeader.toLowerCase() : undefined,
+    key: readKey(r, base, issues),
+    methods: readMethods(r.methods, [...base, 'methods'], issues),
+    required: typeof r.required === 'boolean' ? r.required : undefined,
+    ttlMs: readPositiveDuration(r, 'ttl', base, issues),
+    leaseMs: readPositiveDuration(r, 'lease', base, issues),
+    maxBodyBytes: readSize(r, 'maxBodyBytes', base, issues),
+    maxStoredResponseBytes: readSize(r, 'maxStoredResponseBytes', base, issues),
+    tenant: readTenant(r, base, issues),
+    fingerprint: readFingerprint(r, base, issues),
+    releaseOn: Array.isArray(r.releaseOn) && r.releaseOn.every(Number.isInteger) ? (r.releaseOn as number[]) : undefined,
+    mode: oneOf(r.mode, ['enforce', 'shadow', 'passthrough'] as const),
+    mismatchStatus: oneOf(r.mismatchStatus, [400, 422] as const),
+    onInFlight: oneOf(r.onInFlight, ['conflict', 'wait'] as const),
+    waitMs: unit(r, 'waitTimeout', base, issues, parseDuration),
+    onUnknownOutcome: oneOf(r.onUnknownOutcome, ['store', 'release'] as const),
+    onExpiredLease: oneOf(r.onExpiredLease, ['reexecute', 'fail'] as const),
+    onStoreError: oneOf(r.onStoreError, ['fail', 'passthrough'] as const),
+    storeHeaders: readStoreHeaders(r, base, issues),
+    dropHeaders: headers(r.dropHeaders),
+  };
+}

@@ -1,0 +1,180 @@
+// The validated tree + command-line flags + environment → Config.
+// Precedence (SPEC §5): flag beats file beats environment. DATABASE_URL and
+// REDIS_URL are used when the file does not set store.postgres / store.redis
+// or sets them to an empty value (e.g. an unset ${VAR}).
+
+import type { Config, StoreConfig, UpstreamConfig } from './types.js';
+import type { Env } from './interpolate.js';
+import type { Issues, Path } from './issues.js';
+import { checkStoreUrl, parseHostPort, parseUpstreamUrl, type HostPort } from './addresses.js';
+import { isRecord } from './policy-layer.js';
+import { resolveRoutes } from './routes.js';
+import { parseDuration } from './units.js';
+
+/** Command-line overrides. Unset or empty means "not given". */
+export interface ConfigFlags {
+  readonly upstream?: string | null;
+  readonly listen?: string | null;
+  /** `false`, "false" or "off" disables the admin listener. */
+  readonly admin?: string | false | null;
+  readonly databaseUrl?: string | null;
+  readonly redisUrl?: string | null;
+  readonly logLevel?: string | null;
+}
+
+export const LOG_LEVELS: readonly string[] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+const DEFAULTS = {
+  listen: '0.0.0.0:8080',
+  admin: '127.0.0.1:9090',
+  upstreamTimeoutMs: 30_000,
+  connections: 128,
+  dataDir: '.idempotency-proxy/data',
+  poolSize: 10,
+  sweepIntervalMs: 60_000,
+  sweepBatchSize: 1_000,
+  logLevel: 'info',
+} as const;
+
+type Raw = Record<string, unknown>;
+
+interface Sourced<T> {
+  readonly value: T;
+  readonly path: Path;
+}
+
+const given = (value: unknown): value is string => typeof value === 'string' && value !== '';
+
+/** The first non-empty string among (value, path) candidates. */
+function first(...candidates: readonly [unknown, Path][]): Sourced<string> | undefined {
+  for (const [value, path] of candidates) if (given(value)) return { value, path };
+  return undefined;
+}
+
+function hostPort(source: Sourced<string>, defaultHost: string, issues: Issues): HostPort | undefined {
+  const parsed = parseHostPort(source.value, defaultHost);
+  if (!parsed.ok) issues.add(source.path, parsed.error);
+  return parsed.ok ? parsed.value : undefined;
+}
+
+const isOff = (value: unknown): boolean => value === false || value === 'false' || value === 'off';
+
+function resolveAdmin(raw: Raw, flags: ConfigFlags, issues: Issues): Config['admin'] {
+  if (flags.admin !== undefined && flags.admin !== null && flags.admin !== '') {
+    if (isOff(flags.admin)) return null;
+    return hostPort({ value: String(flags.admin), path: ['--admin'] }, '127.0.0.1', issues) ?? null;
+  }
+  if ('admin' in raw) {
+    if (raw.admin === null || isOff(raw.admin)) return null;
+    if (raw.admin === true) {
+      issues.add(['admin'], 'must be "host:port", or false to disable the admin listener');
+      return null;
+    }
+    if (typeof raw.admin !== 'string') return null; // reported by the schema
+    if (raw.admin === '') {
+      issues.add(['admin'], 'is empty: give "host:port", or false to disable the admin listener');
+      return null;
+    }
+    return hostPort({ value: raw.admin, path: ['admin'] }, '127.0.0.1', issues) ?? null;
+  }
+  return hostPort({ value: DEFAULTS.admin, path: ['admin'] }, '127.0.0.1', issues) ?? null;
+}
+
+function resolveAdminToken(raw: Raw, issues: Issues): string | null {
+  if (typeof raw.adminToken !== 'string') return null;
+  if (raw.adminToken === '') {
+    // Fail closed: an unset ${ADMIN_TOKEN} must not silently open the admin API.
+    issues.add(['adminToken'], 'is empty (is its variable unset?); remove the field to run the admin listener without a token');
+    return null;
+  }
+  return raw.adminToken;
+}
+
+function duration(raw: Raw, field: string, base: Path, fallback: number, issues: Issues): number {
+  const value = raw[field];
+  if (typeof value !== 'string' && typeof value !== 'number') return fallback;
+  try {
+    const ms = parseDuration(value);
+    if (ms === 0) issues.add([...base, field], 'must be longer than 0');
+    return ms;
+  } catch (error) {
+    issues.add([...base, field], (error as Error).message);
+    return fallback;
+  }
+}
+
+const integer = (value: unknown, fallback: number): number => (Number.isInteger(value) ? (value as number) : fallback);
+
+function resolveUpstream(raw: Raw, flags: ConfigFlags, issues: Issues): UpstreamConfig {
+  const section = isRecord(raw.upstream) ? raw.upstream : {};
+  const source = first([flags.upstream, ['--upstream']], [section.url, ['upstream', 'url']]);
+  let url = '';
+  if (source === undefined) {
+    issues.add(['upstream', 'url'], 'is required: set upstream.url in the file or pass --upstream');
+  } else {
+    const parsed = parseUpstreamUrl(source.value);
+    if (parsed.ok) url = parsed.value;
+    else issues.add(source.path, parsed.error);
+  }
+  return {
+    url,
+    timeoutMs: duration(section, 'timeout', ['upstream'], DEFAULTS.upstreamTimeoutMs, issues),
+    connections: integer(section.connections, DEFAULTS.connections),
+  };
+}
+
+function storeUrl(candidates: readonly [unknown, Path][], protocols: readonly string[], issues: Issues): string | null {
+  const source = first(...candidates);
+  if (source === undefined) return null;
+  const checked = checkStoreUrl(source.value, protocols);
+  if (!checked.ok) issues.add(source.path, checked.error);
+  return checked.ok ? checked.value : null;
+}
+
+function resolveStore(raw: Raw, flags: ConfigFlags, env: Env, issues: Issues): StoreConfig {
+  const section = isRecord(raw.store) ? raw.store : {};
+  return {
+    postgres: storeUrl(
+      [[flags.databaseUrl, ['--database-url']], [section.postgres, ['store', 'postgres']], [env.DATABASE_URL, ['$DATABASE_URL']]],
+      ['postgres:', 'postgresql:'],
+      issues,
+    ),
+    redis: storeUrl(
+      [[flags.redisUrl, ['--redis-url']], [section.redis, ['store', 'redis']], [env.REDIS_URL, ['$REDIS_URL']]],
+      ['redis:', 'rediss:'],
+      issues,
+    ),
+    dataDir: typeof section.dataDir === 'string' && section.dataDir !== '' ? section.dataDir : DEFAULTS.dataDir,
+    poolSize: integer(section.poolSize, DEFAULTS.poolSize),
+    migrate: typeof section.migrate === 'boolean' ? section.migrate : true,
+    sweepIntervalMs: duration(section, 'sweepInterval', ['store'], DEFAULTS.sweepIntervalMs, issues),
+    sweepBatchSize: integer(section.sweepBatchSize, DEFAULTS.sweepBatchSize),
+  };
+}
+
+function resolveLogLevel(raw: Raw, flags: ConfigFlags, issues: Issues): string {
+  const source = first([flags.logLevel, ['--log-level']], [raw.logLevel, ['logLevel']]);
+  if (source === undefined) return DEFAULTS.logLevel;
+  if (!LOG_LEVELS.includes(source.value)) {
+    // A bad file value is already reported by the schema.
+    if (source.path[0] === '--log-level') issues.add(source.path, `must be one of ${LOG_LEVELS.join(', ')} (got ${JSON.stringify(source.value)})`);
+    return DEFAULTS.logLevel;
+  }
+  return source.value;
+}
+
+/** Builds the Config; every problem goes to `issues` (the result is unusable if any). */
+export function resolveConfig(tree: unknown, flags: ConfigFlags, env: Env, issues: Issues): Config {
+  const raw: Raw = isRecord(tree) ? tree : {};
+  const listenSource = first([flags.listen, ['--listen']], [raw.listen, ['listen']]) ?? { value: DEFAULTS.listen, path: ['listen'] };
+  if (raw.listen === '' && !given(flags.listen)) issues.add(['listen'], 'is empty (is its variable unset?): give "host:port"');
+  return {
+    listen: hostPort(listenSource, '0.0.0.0', issues) ?? { host: '0.0.0.0', port: 8080 },
+    admin: resolveAdmin(raw, flags, issues),
+    adminToken: resolveAdminToken(raw, issues),
+    upstream: resolveUpstream(raw, flags, issues),
+    store: resolveStore(raw, flags, env, issues),
+    logLevel: resolveLogLevel(raw, flags, issues),
+    routes: resolveRoutes(raw.defaults, raw.routes, issues),
+  };
+}

@@ -1,0 +1,199 @@
+// Routes: each route's layer over the `defaults` layer over the built-in
+// defaults (SPEC §4), merged field by field (fingerprint sub-field by
+// sub-field), then checked across fields. No routes → one implicit route
+// named "default" matching every path.
+
+import type { KeySource, RoutePolicy } from './types.js';
+import type { Issues, Path } from './issues.js';
+import { formatPath } from './issues.js';
+import { isRecord, readMethods, readPolicyLayer, type PolicyLayer } from './policy-layer.js';
+import { formatDuration } from './units.js';
+
+type Resolved = Omit<RoutePolicy, 'name' | 'match' | 'key'>;
+
+/** The built-in key source: the Idempotency-Key header. */
+export const BUILTIN_KEY: KeySource = { kind: 'header', header: 'idempotency-key' };
+
+/** The built-in defaults, exactly as SPEC §4 shows them. */
+export const BUILTIN_POLICY: Resolved = {
+  methods: ['POST', 'PATCH'],
+  required: false,
+  ttlMs: 86_400_000,
+  leaseMs: 90_000,
+  maxBodyBytes: 1_048_576,
+  maxStoredResponseBytes: 1_048_576,
+  tenant: { kind: 'fromHeaderHash', header: 'authorization' },
+  fingerprint: { headers: ['content-type'], query: true, json: 'raw', exclude: [] },
+  releaseOn: [401, 403, 429],
+  mode: 'enforce',
+  mismatchStatus: 422,
+  onInFlight: 'conflict',
+  waitMs: 5_000,
+  onUnknownOutcome: 'store',
+  onExpiredLease: 'reexecute',
+  onStoreError: 'fail',
+  storeHeaders: [],
+  dropHeaders: [],
+};
+
+/** Resolved field → the field's name in the YAML file. */
+const YAML_NAME: Readonly<Record<string, string>> = { ttlMs: 'ttl', leaseMs: 'lease', waitMs: 'waitTimeout' };
+
+const startsWith = (path: Path, prefix: Path): boolean => prefix.every((segment, i) => path[i] === segment);
+
+/** Where a merged value came from: the route's field, the defaults' field, or null (built in). */
+type Origin = Path | null;
+
+class Merge {
+  constructor(
+    private readonly route: PolicyLayer,
+    private readonly defaults: PolicyLayer,
+    readonly routePath: Path,
+  ) {}
+
+  private readonly origins = new Map<string, Origin>();
+
+  take<K extends keyof Resolved & keyof PolicyLayer>(field: K): NonNullable<Resolved[K]> {
+    for (const layer of [this.route, this.defaults]) {
+      const value = layer[field];
+      if (value !== undefined) {
+        this.origins.set(field, [...layer.path, YAML_NAME[field] ?? field]);
+        return value as NonNullable<Resolved[K]>;
+      }
+    }
+    this.origins.set(field, null);
+    return BUILTIN_POLICY[field] as NonNullable<Resolved[K]>;
+  }
+
+  takeFingerprint<K extends keyof Resolved['fingerprint']>(field: K): Resolved['fingerprint'][K] {
+    for (const layer of [this.route, this.defaults]) {
+      const value = layer.fingerprint[field];
+      if (value !== undefined) {
+        this.origins.set(`fingerprint.${field}`, [...layer.path, 'fingerprint', field]);
+        return value as Resolved['fingerprint'][K];
+      }
+    }
+    this.origins.set(`fingerprint.${field}`, null);
+    return BUILTIN_POLICY.fingerprint[field];
+  }
+
+  /** The most specific place a field was set (route, then defaults), else the route itself. */
+  blame(...fields: string[]): Path {
+    const origins = fields.map((f) => this.origins.get(f) ?? null);
+    const inRoute = origins.find((o) => o !== null && startsWith(o, this.routePath));
+    return inRoute ?? origins.find((o) => o !== null) ?? this.routePath;
+  }
+
+  setInRoute(field: string): boolean {
+    const origin = this.origins.get(field) ?? null;
+    return origin !== null && startsWith(origin, this.routePath);
+  }
+
+  isSet(field: string): boolean {
+    return (this.origins.get(field) ?? null) !== null;
+  }
+}
+
+/** A layer's own key choice: `key` wins over `keyHeader` set at the same or a less specific level. */
+function keyOf(layer: PolicyLayer): KeySource | undefined {
+  if (layer.key !== undefined) return layer.key;
+  if (layer.keyHeader !== undefined) return { kind: 'header', header: layer.keyHeader };
+  return undefined;
+}
+
+function crossCheck(m: Merge, p: Resolved, match: RoutePolicy['match'], issues: Issues): void {
+  if (p.leaseMs > p.ttlMs) {
+    const at = m.blame('leaseMs', 'ttlMs');
+    const leaseBlamed = at[at.length - 1] === 'lease';
+    issues.add(at, leaseBlamed
+      ? `lease (${formatDuration(p.leaseMs)}) must not be longer than ttl (${formatDuration(p.ttlMs)})`
+      : `ttl (${formatDuration(p.ttlMs)}) must not be shorter than lease (${formatDuration(p.leaseMs)})`);
+  }
+  if (m.isSet('waitMs') && p.waitMs > p.leaseMs) {
+    issues.add(m.blame('waitMs', 'leaseMs'), `waitTimeout (${formatDuration(p.waitMs)}) must not be longer than lease (${formatDuration(p.leaseMs)})`);
+  }
+  if (p.fingerprint.exclude.length > 0 && p.fingerprint.json !== 'canonical') {
+    issues.add(m.blame('fingerprint.exclude', 'fingerprint.json'), 'fingerprint.exclude needs fingerprint.json: canonical (raw bodies are hashed byte for byte)');
+  }
+  for (const header of p.storeHeaders) {
+    if (p.dropHeaders.includes(header)) issues.add(m.blame('dropHeaders', 'storeHeaders'), `${header} is in both storeHeaders and dropHeaders`);
+  }
+  if (p.mode !== 'passthrough' && match.methods !== null && !match.methods.some((x) => p.methods.includes(x))) {
+    const at = m.setInRoute('methods') ? m.blame('methods') : [...m.routePath, 'match', 'methods'];
+    issues.add(at, `none of match.methods (${match.methods.join(', ')}) is in methods (${p.methods.join(', ')}), so this route never deduplicates: set methods, or mode: passthrough`);
+  }
+}
+
+function resolvePolicy(route: PolicyLayer, defaults: PolicyLayer, name: string, match: RoutePolicy['match'], issues: Issues): RoutePolicy {
+  const m = new Merge(route, defaults, route.path);
+  const leaseMs = m.take('leaseMs');
+  const waitSet = route.waitMs !== undefined || defaults.waitMs !== undefined;
+  const policy: Resolved = {
+    methods: m.take('methods'),
+    required: m.take('required'),
+    ttlMs: m.take('ttlMs'),
+    leaseMs,
+    maxBodyBytes: m.take('maxBodyBytes'),
+    maxStoredResponseBytes: m.take('maxStoredResponseBytes'),
+    tenant: m.take('tenant'),
+    fingerprint: {
+      headers: m.takeFingerprint('headers'),
+      query: m.takeFingerprint('query'),
+      json: m.takeFingerprint('json'),
+      exclude: m.takeFingerprint('exclude'),
+    },
+    releaseOn: m.take('releaseOn'),
+    mode: m.take('mode'),
+    mismatchStatus: m.take('mismatchStatus'),
+    onInFlight: m.take('onInFlight'),
+    // Unset, the wait bound is 5s or the lease, whichever is shorter.
+    waitMs: waitSet ? m.take('waitMs') : Math.min(BUILTIN_POLICY.waitMs, leaseMs),
+    onUnknownOutcome: m.take('onUnknownOutcome'),
+    onExpiredLease: m.take('onExpiredLease'),
+    onStoreError: m.take('onStoreError'),
+    storeHeaders: m.take('storeHeaders'),
+    dropHeaders: m.take('dropHeaders'),
+  };
+  crossCheck(m, policy, match, issues);
+  return { name, match, key: keyOf(route) ?? keyOf(defaults) ?? BUILTIN_KEY, ...policy };
+}
+
+function readMatch(raw: unknown, path: Path, issues: Issues): RoutePolicy['match'] {
+  const match = isRecord(raw) ? raw : {};
+  const routePath = typeof match.path === 'string' ? match.path : '/**';
+  if (typeof match.path === 'string' && (!routePath.startsWith('/') || /\s/.test(routePath))) {
+    issues.add([...path, 'path'], `must be a path pattern starting with "/" (e.g. /v1/payments/**); got ${JSON.stringify(routePath)}`);
+  }
+  const methods = match.methods === undefined ? null : (readMethods(match.methods, [...path, 'methods'], issues) ?? null);
+  return { methods, path: routePath };
+}
+
+/** The resolved routes, in file order. */
+export function resolveRoutes(rawDefaults: unknown, rawRoutes: unknown, issues: Issues): RoutePolicy[] {
+  const defaults = readPolicyLayer(rawDefaults, ['defaults'], issues);
+  const list = Array.isArray(rawRoutes) ? rawRoutes : [];
+  if (list.length === 0) {
+    const implicit: PolicyLayer = { path: ['defaults'], fingerprint: {} };
+    return [resolvePolicy(implicit, defaults, 'default', { methods: null, path: '/**' }, issues)];
+  }
+  const seen = new Map<string, number>();
+  const routes: RoutePolicy[] = [];
+  let catchAll: number | null = null;
+  list.forEach((raw: unknown, index) => {
+    const path: Path = ['routes', index];
+    const r = isRecord(raw) ? raw : {};
+    const name = typeof r.name === 'string' ? r.name : `#${index}`;
+    if (typeof r.name === 'string') {
+      const first = seen.get(name);
+      if (first !== undefined) issues.add([...path, 'name'], `duplicate route name ${JSON.stringify(name)} (also ${formatPath(['routes', first])})`);
+      else seen.set(name, index);
+    }
+    const match = readMatch(r.match, [...path, 'match'], issues);
+    if (catchAll !== null) {
+      issues.add(path, `is never used: ${formatPath(['routes', catchAll])} already matches every request (path /** with no methods)`);
+    }
+    if (catchAll === null && isRecord(r.match) && r.match.path === '/**' && match.methods === null) catchAll = index;
+    routes.push(resolvePolicy(readPolicyLayer(raw, path, issues), defaults, name, match, issues));
+  });
+  return routes;
+}

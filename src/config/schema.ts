@@ -1,0 +1,101 @@
+// The JSON Schema of the YAML file (SPEC §4 plus documented extensions).
+// Every object is closed (additionalProperties: false): an unknown field is an
+// error. Shapes and types only; units, addresses, pointers and cross-field
+// rules are checked in semantic passes that report alongside these errors.
+// `x-kind` is an annotation our error messages use; ajv ignores it.
+
+type Schema = Record<string, unknown>;
+
+const HEADER_NAME = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$";
+
+const string: Schema = { type: 'string' };
+const duration: Schema = { type: ['string', 'number'], 'x-kind': 'duration' };
+const size: Schema = { type: ['string', 'number'], 'x-kind': 'size' };
+const headerName: Schema = { type: 'string', pattern: HEADER_NAME, 'x-kind': 'header' };
+const headerList: Schema = { type: 'array', items: headerName };
+const method: Schema = { type: 'string', minLength: 1, 'x-kind': 'method' };
+
+function closed(properties: Record<string, Schema>, extra: Schema = {}): Schema {
+  return { type: 'object', properties, additionalProperties: false, ...extra };
+}
+
+/** A top-level section: a closed object, or empty (`store:` with nothing under it). */
+function section(properties: Record<string, Schema>): Schema {
+  return closed(properties, { type: ['object', 'null'] });
+}
+
+/** An object with exactly one of `properties` set. */
+function exactlyOne(properties: Record<string, Schema>): Schema {
+  return closed(properties, { minProperties: 1, maxProperties: 1, 'x-kind': 'exactly-one' });
+}
+
+/** `type` too, so ajv coerces an interpolated "422" to 422 before the enum check. */
+function enumOf(...values: readonly (string | number)[]): Schema {
+  return { type: typeof values[0] === 'number' ? 'integer' : 'string', enum: values };
+}
+
+function policyProperties(): Record<string, Schema> {
+  return {
+    keyHeader: headerName,
+    key: exactlyOne({ fromHeader: headerName, fromBody: string }),
+    methods: { type: 'array', minItems: 1, items: method },
+    required: { type: 'boolean' },
+    ttl: duration,
+    lease: duration,
+    maxBodyBytes: size,
+    maxStoredResponseBytes: size,
+    tenant: exactlyOne({ fromHeader: headerName, fromHeaderHash: headerName, constant: string }),
+    fingerprint: closed({
+      headers: headerList,
+      query: { type: 'boolean' },
+      json: enumOf('raw', 'canonical'),
+      exclude: { type: 'array', items: string },
+    }),
+    releaseOn: { type: 'array', uniqueItems: true, items: { type: 'integer', minimum: 100, maximum: 599 } },
+    mode: enumOf('enforce', 'shadow', 'passthrough'),
+    mismatchStatus: enumOf(400, 422),
+    onInFlight: enumOf('conflict', 'wait'),
+    waitTimeout: duration,
+    onUnknownOutcome: enumOf('store', 'release'),
+    onExpiredLease: enumOf('reexecute', 'fail'),
+    onStoreError: enumOf('fail', 'passthrough'),
+    storeHeaders: headerList,
+    dropHeaders: headerList,
+  };
+}
+
+/** A fresh schema object (ajv may annotate what it compiles). */
+export function configSchema(): Schema {
+  const route = closed(
+    {
+      name: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$', 'x-kind': 'route-name' },
+      match: closed(
+        { methods: { type: 'array', minItems: 1, items: method }, path: { type: 'string', minLength: 1 } },
+        { required: ['path'] },
+      ),
+      ...policyProperties(),
+    },
+    { required: ['name', 'match'] },
+  );
+  return {
+    ...closed({
+      listen: string,
+      admin: { type: ['string', 'boolean', 'null'], 'x-kind': 'admin' },
+      adminToken: string,
+      upstream: section({ url: string, timeout: duration, connections: { type: 'integer', minimum: 1 } }),
+      store: section({
+        postgres: { type: ['string', 'null'] },
+        redis: { type: ['string', 'null'] },
+        dataDir: { type: 'string', minLength: 1 },
+        poolSize: { type: 'integer', minimum: 1 },
+        migrate: { type: 'boolean' },
+        sweepInterval: duration,
+        sweepBatchSize: { type: 'integer', minimum: 1 },
+      }),
+      logLevel: enumOf('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'),
+      defaults: section(policyProperties()),
+      routes: { type: ['array', 'null'], items: route },
+    }),
+    title: 'idempotency-proxy configuration',
+  };
+}

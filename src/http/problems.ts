@@ -1,0 +1,74 @@
+import type { ServerResponse } from 'node:http';
+
+// The catalogue of errors the proxy itself produces, as RFC 9457 problem
+// details. One entry per case, a stable `type` URI each; docs/problems.md is
+// kept in step by test/http/problems.test.ts.
+
+export const PROBLEM_BASE = 'urn:idempotency-proxy:problem:';
+
+export interface ProblemDef {
+  readonly slug: string;
+  readonly status: number;
+  readonly title: string;
+}
+
+function def(slug: string, status: number, title: string): ProblemDef {
+  return { slug, status, title };
+}
+
+export const Problems = {
+  keyMissing: def('key-missing', 400, 'Idempotency key required'),
+  keyMalformed: def('key-malformed', 400, 'Malformed idempotency key'),
+  keyBodyNotJson: def('key-body-not-json', 400, 'Body is not JSON'),
+  keyPointerMissing: def('key-pointer-missing', 400, 'Idempotency key field missing from body'),
+  bodyIncomplete: def('body-incomplete', 400, 'Request body incomplete'),
+  bodyTooLarge: def('body-too-large', 413, 'Request body too large'),
+  keyMismatch: def('key-mismatch', 422, 'Idempotency key reused with a different request'),
+  inFlight: def('in-flight', 409, 'Request with this idempotency key is in progress'),
+  outcomeUnknown: def('outcome-unknown', 409, 'Outcome of the original request is unknown'),
+  storeUnavailable: def('store-unavailable', 503, 'Idempotency key store unavailable'),
+  upstreamUnreachable: def('upstream-unreachable', 502, 'Upstream unreachable'),
+  upstreamTimeout: def('upstream-timeout', 504, 'Upstream timed out'),
+  upstreamReset: def('upstream-reset', 502, 'Upstream connection failed'),
+  bodyNotRetained: def('body-not-retained', 0, 'Response body was not retained'),
+  internal: def('internal-error', 500, 'Internal proxy error'),
+} as const satisfies Record<string, ProblemDef>;
+
+export interface ProblemBody {
+  readonly type: string;
+  readonly title: string;
+  readonly status: number;
+  readonly detail: string;
+  readonly requestId: string;
+  readonly [k: string]: unknown;
+}
+
+export function problemBody(p: ProblemDef, detail: string, requestId: string, status = p.status, extra?: Record<string, unknown>): ProblemBody {
+  return { type: PROBLEM_BASE + p.slug, title: p.title, status, detail, requestId, ...extra };
+}
+
+export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
+
+export function sendProblem(
+  res: ServerResponse,
+  p: ProblemDef,
+  detail: string,
+  requestId: string,
+  opts: { status?: number; retryAfterS?: number; extra?: Record<string, unknown> } = {},
+): void {
+  const status = opts.status ?? p.status;
+  const body = JSON.stringify(problemBody(p, detail, requestId, status, opts.extra));
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const headers: Record<string, string | number> = {
+    'content-type': PROBLEM_CONTENT_TYPE,
+    'content-length': Buffer.byteLength(body),
+    'x-request-id': requestId,
+    'cache-control': 'no-store',
+  };
+  if (opts.retryAfterS !== undefined) headers['retry-after'] = String(Math.max(1, Math.ceil(opts.retryAfterS)));
+  res.writeHead(status, headers);
+  res.end(body);
+}

@@ -1,0 +1,31 @@
+import type { ServerResponse } from 'node:http';
+import type { StoredResponse } from '../store/records.js';
+import { PROBLEM_CONTENT_TYPE, Problems, problemBody } from './problems.js';
+
+// Answers a duplicate with the stored record: status, stored headers (several
+// lines of one name stay several), body byte for byte, Idempotent-Replayed.
+
+export function sendReplay(res: ServerResponse, stored: StoredResponse, requestId: string): void {
+  const flat: string[] = [];
+  let body = stored.body;
+  if (stored.bodyRetained) {
+    for (const [name, value] of stored.headers) flat.push(name, value);
+  } else {
+    // The original body was over maxStoredResponseBytes: original status and
+    // headers, with a small problem body in place of the original one.
+    for (const [name, value] of stored.headers) {
+      if (name !== 'content-type' && name !== 'content-encoding' && name !== 'etag' && name !== 'content-md5') flat.push(name, value);
+    }
+    flat.push('content-type', PROBLEM_CONTENT_TYPE);
+    body = Buffer.from(JSON.stringify(problemBody(
+      Problems.bodyNotRetained,
+      `the original response body (${stored.bodySize} bytes) was larger than this route's maxStoredResponseBytes and was not retained; the operation was not run again`,
+      requestId,
+      stored.status,
+      { originalBodyBytes: stored.bodySize },
+    )));
+  }
+  flat.push('content-length', String(body.length), 'idempotent-replayed', 'true', 'x-request-id', requestId);
+  res.writeHead(stored.status, flat);
+  res.end(body);
+}

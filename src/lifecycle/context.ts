@@ -1,0 +1,44 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Outcome } from '../metrics/metrics.js';
+import type { CompiledRoute } from '../policy/router.js';
+
+// One per request: what every phase reads and writes. Fields are declared up
+// front so every context has the same shape.
+
+const REQUEST_ID_RE = /^[\x21-\x7e]{1,128}$/;
+
+export class RequestContext {
+  readonly requestId: string;
+  readonly start = process.hrtime.bigint();
+  readonly method: string;
+  readonly path: string;
+  readonly query: string;
+  route: CompiledRoute | null = null;
+  outcome: Outcome = 'passthrough';
+  status = 0;
+  tenantId = '';
+  key: string | null = null;
+  ownerToken: string | null = null;
+  attempt = 0;
+  upstreamMs = -1;
+  storeMs = 0;
+  detail: string | null = null;
+  shadow: string | null = null;
+  released = false;
+  cache: 'hit' | 'miss' | null = null;
+
+  constructor(readonly req: IncomingMessage, readonly res: ServerResponse) {
+    const incoming = req.headers['x-request-id'];
+    this.requestId = typeof incoming === 'string' && REQUEST_ID_RE.test(incoming) ? incoming : randomUUID();
+    this.method = req.method ?? 'GET';
+    const url = req.url ?? '/';
+    const q = url.indexOf('?');
+    this.path = q === -1 ? url : url.slice(0, q);
+    this.query = q === -1 ? '' : url.slice(q + 1);
+  }
+
+  elapsedMs(): number {
+    return Number(process.hrtime.bigint() - this.start) / 1e6;
+  }
+}

@@ -1,0 +1,49 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+// Our own registry (no prom-client globals). One name per phase, as in the
+// logs and docs/operations.md.
+
+export type Outcome =
+  | 'executed' | 'replayed' | 'conflict' | 'mismatch' | 'rejected'
+  | 'passthrough' | 'store_error' | 'upstream_error';
+
+export interface Metrics {
+  readonly registry: Registry;
+  readonly requests: Counter<'route' | 'outcome'>;
+  readonly requestDuration: Histogram<'route' | 'outcome'>;
+  readonly upstreamDuration: Histogram<'route'>;
+  readonly storeDuration: Histogram<'op'>;
+  readonly storeErrors: Counter<'op'>;
+  readonly cache: Counter<'result'>;
+  readonly cacheBreakerOpen: Gauge;
+  readonly inFlight: Gauge;
+  readonly leaseTakeovers: Counter<'route'>;
+  readonly leaseLost: Counter<'route'>;
+  readonly sweeperDeleted: Counter;
+  readonly shadowDecisions: Counter<'route' | 'decision'>;
+  readonly batchSize: Histogram<'statement'>;
+}
+
+const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics {
+  const registry = new Registry();
+  if (opts.processMetrics ?? true) collectDefaultMetrics({ register: registry, prefix: 'idempotency_proxy_' });
+  const registers = [registry];
+  return {
+    registry,
+    requests: new Counter({ name: 'idempotency_proxy_requests_total', help: 'Requests by route and outcome', labelNames: ['route', 'outcome'], registers }),
+    requestDuration: new Histogram({ name: 'idempotency_proxy_request_duration_seconds', help: 'Whole request, from first byte to response end', labelNames: ['route', 'outcome'], buckets: LATENCY_BUCKETS, registers }),
+    upstreamDuration: new Histogram({ name: 'idempotency_proxy_upstream_duration_seconds', help: 'Upstream exchange, request sent to response end', labelNames: ['route'], buckets: LATENCY_BUCKETS, registers }),
+    storeDuration: new Histogram({ name: 'idempotency_proxy_store_duration_seconds', help: 'Key store operations', labelNames: ['op'], buckets: LATENCY_BUCKETS, registers }),
+    storeErrors: new Counter({ name: 'idempotency_proxy_store_errors_total', help: 'Key store operations that failed', labelNames: ['op'], registers }),
+    cache: new Counter({ name: 'idempotency_proxy_cache_total', help: 'Redis lookaside results: hit, miss, error, skipped (breaker open)', labelNames: ['result'], registers }),
+    cacheBreakerOpen: new Gauge({ name: 'idempotency_proxy_cache_breaker_open', help: '1 while the Redis circuit breaker is open', registers }),
+    inFlight: new Gauge({ name: 'idempotency_proxy_keys_in_flight', help: 'Keys this instance holds claimed right now', registers }),
+    leaseTakeovers: new Counter({ name: 'idempotency_proxy_lease_takeovers_total', help: 'Claims that took over an expired lease (a previous holder crashed or stalled)', labelNames: ['route'], registers }),
+    leaseLost: new Counter({ name: 'idempotency_proxy_lease_lost_total', help: 'Commits or extensions fenced out because the lease was taken over', labelNames: ['route'], registers }),
+    sweeperDeleted: new Counter({ name: 'idempotency_proxy_sweeper_deleted_total', help: 'Expired records deleted by the sweeper', registers }),
+    shadowDecisions: new Counter({ name: 'idempotency_proxy_shadow_decisions_total', help: 'What enforcement would have done on shadow routes', labelNames: ['route', 'decision'], registers }),
+    batchSize: new Histogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
+  };
+}

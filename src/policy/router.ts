@@ -1,0 +1,62 @@
+import picomatch from 'picomatch';
+import type { Config, RoutePolicy } from '../config/types.js';
+import { compileFingerprint, type CompiledFingerprint } from './fingerprint.js';
+import { compileStoredHeaders } from '../proxy/headers.js';
+
+// Routes compiled once at startup; the hot path pays a regex test per route
+// until the first match and nothing for features a route does not use.
+
+export interface CompiledRoute {
+  readonly name: string;
+  readonly policy: RoutePolicy;
+  /** false for mode: passthrough. */
+  readonly idempotent: boolean;
+  readonly idemMethods: ReadonlySet<string>;
+  readonly fingerprint: CompiledFingerprint;
+  /** The body is parsed as JSON (key from body, canonical fingerprint). */
+  readonly needsJson: boolean;
+  /** Stored response headers (lower-case name → kept). */
+  readonly storeHeader: (name: string) => boolean;
+}
+
+interface Entry {
+  readonly methods: ReadonlySet<string> | null;
+  readonly path: RegExp;
+  readonly route: CompiledRoute;
+}
+
+export class Router {
+  private readonly entries: readonly Entry[];
+  readonly routes: readonly CompiledRoute[];
+
+  constructor(config: Config) {
+    const entries: Entry[] = [];
+    for (const policy of config.routes) {
+      const route: CompiledRoute = {
+        name: policy.name,
+        policy,
+        idempotent: policy.mode !== 'passthrough',
+        idemMethods: new Set(policy.methods),
+        fingerprint: compileFingerprint(policy.fingerprint),
+        needsJson: policy.key.kind === 'fromBody' || policy.fingerprint.json === 'canonical',
+        storeHeader: compileStoredHeaders(policy.storeHeaders, policy.dropHeaders),
+      };
+      entries.push({
+        methods: policy.match.methods === null ? null : new Set(policy.match.methods),
+        path: picomatch.makeRe(policy.match.path, { dot: true }),
+        route,
+      });
+    }
+    this.entries = entries;
+    this.routes = entries.map((e) => e.route);
+  }
+
+  /** First matching route in YAML order, or null (pass-through). */
+  match(method: string, path: string): CompiledRoute | null {
+    for (const e of this.entries) {
+      if (e.methods !== null && !e.methods.has(method)) continue;
+      if (e.path.test(path)) return e.route;
+    }
+    return null;
+  }
+}

@@ -1,0 +1,98 @@
+import type { IncomingHttpHeaders } from 'node:http';
+
+// Header rules in one place: what is never forwarded, and what is stored for
+// replay.
+
+/** Hop-by-hop headers (RFC 9110 §7.6.1) plus the de-facto ones. */
+export const HOP_BY_HOP: ReadonlySet<string> = new Set([
+  'connection', 'keep-alive', 'proxy-authenticate', 'proxy-authorization', 'proxy-connection',
+  'te', 'trailer', 'transfer-encoding', 'upgrade',
+]);
+
+/** Per-request ids that must not be replayed as if the replay were the original. */
+export const PER_REQUEST_IDS: ReadonlySet<string> = new Set([
+  'x-request-id', 'request-id', 'x-correlation-id', 'traceparent', 'tracestate',
+  'x-amzn-requestid', 'x-amzn-trace-id', 'x-b3-traceid', 'x-b3-spanid', 'server-timing',
+]);
+
+/** Never stored: framing headers are recomputed on replay, Date is per response. */
+const NEVER_STORED: ReadonlySet<string> = new Set(['content-length', 'date', 'set-cookie', 'idempotent-replayed']);
+
+/**
+ * The stored-header filter of a route: every end-to-end header except the
+ * defaults above, plus storeHeaders, minus dropHeaders. Hop-by-hop and
+ * framing headers are never stored, whatever the route says.
+ */
+export function compileStoredHeaders(add: readonly string[], drop: readonly string[]): (name: string) => boolean {
+  const added = new Set(add);
+  const dropped = new Set(drop);
+  return (name) => {
+    if (HOP_BY_HOP.has(name) || name === 'content-length') return false;
+    if (dropped.has(name)) return false;
+    if (added.has(name)) return true;
+    return !NEVER_STORED.has(name) && !PER_REQUEST_IDS.has(name);
+  };
+}
+
+/** Names listed in a Connection header are hop-by-hop for that message. */
+function connectionTokens(value: string | string[] | undefined): Set<string> | null {
+  if (value === undefined) return null;
+  const s = Array.isArray(value) ? value.join(',') : value;
+  const out = new Set<string>();
+  for (const t of s.split(',')) {
+    const n = t.trim().toLowerCase();
+    if (n !== '') out.add(n);
+  }
+  return out.size === 0 ? null : out;
+}
+
+export interface ForwardInfo {
+  readonly clientIp: string;
+  readonly proto: string;
+  readonly host: string | undefined;
+}
+
+/**
+ * Request headers for the upstream: hop-by-hop removed, X-Forwarded-* added,
+ * everything else (the idempotency key included) passed on untouched.
+ * rawHeaders keeps repeated lines and original case.
+ */
+export function upstreamRequestHeaders(raw: readonly string[], headers: IncomingHttpHeaders, info: ForwardInfo, dropBodyFraming: boolean): string[] {
+  const conn = connectionTokens(headers.connection);
+  const out: string[] = [];
+  let xff: string | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    const lower = name.toLowerCase();
+    if (HOP_BY_HOP.has(lower) || (conn !== null && conn.has(lower))) continue;
+    if (lower === 'x-forwarded-for') {
+      xff = xff === undefined ? raw[i + 1]! : `${xff}, ${raw[i + 1]!}`;
+      continue;
+    }
+    if (lower === 'x-forwarded-proto' || lower === 'x-forwarded-host') continue;
+    if (dropBodyFraming && lower === 'content-length') continue;
+    out.push(name, raw[i + 1]!);
+  }
+  out.push('x-forwarded-for', xff === undefined ? info.clientIp : `${xff}, ${info.clientIp}`);
+  out.push('x-forwarded-proto', (headers['x-forwarded-proto'] as string | undefined) ?? info.proto);
+  const host = (headers['x-forwarded-host'] as string | undefined) ?? info.host;
+  if (host !== undefined) out.push('x-forwarded-host', host);
+  return out;
+}
+
+/**
+ * Response headers for the client from undici's headers object: hop-by-hop
+ * removed. Returns flat [name, value, …] pairs; repeated headers stay repeated.
+ */
+export function clientResponseHeaders(headers: Record<string, string | string[] | undefined>): string[] {
+  const conn = connectionTokens(headers.connection);
+  const out: string[] = [];
+  for (const name in headers) {
+    if (HOP_BY_HOP.has(name) || (conn !== null && conn.has(name))) continue;
+    const v = headers[name];
+    if (v === undefined) continue;
+    if (Array.isArray(v)) for (const x of v) out.push(name, x);
+    else out.push(name, v);
+  }
+  return out;
+}

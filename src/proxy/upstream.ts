@@ -1,0 +1,69 @@
+import { Pool, type Dispatcher } from 'undici';
+import type { UpstreamConfig } from '../config/types.js';
+
+// The upstream: one undici keep-alive pool, and failures classified by *when*
+// they happened, because that decides the key's fate (STYLE habit 6):
+//   not_sent  — the request never reached the upstream: release the key;
+//   unknown   — sent, no complete answer (timeout, reset): policy decides;
+//   responded — status and headers arrived (body read separately).
+
+export type FailureKind = 'not_sent' | 'timeout' | 'reset';
+
+export class UpstreamError extends Error {
+  constructor(readonly kind: FailureKind, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'UpstreamError';
+  }
+  get code(): string {
+    return this.kind === 'not_sent' ? 'IDEMP_UPSTREAM_UNREACHABLE' : this.kind === 'timeout' ? 'IDEMP_UPSTREAM_TIMEOUT' : 'IDEMP_UPSTREAM_RESET';
+  }
+}
+
+const NOT_SENT = new Set([
+  'ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL',
+]);
+const TIMEOUTS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
+
+export class TimeoutSignal extends Error {
+  readonly code = 'IDEMP_UPSTREAM_TIMEOUT';
+  constructor(ms: number) {
+    super(`the upstream did not answer within ${ms} ms`);
+  }
+}
+
+export function classify(err: unknown, signal: AbortSignal | undefined): UpstreamError {
+  if (err instanceof UpstreamError) return err;
+  const e = err as { code?: string; message?: string; cause?: { code?: string } };
+  const code = e?.code ?? e?.cause?.code;
+  if (signal?.aborted && signal.reason instanceof TimeoutSignal) {
+    return new UpstreamError('timeout', signal.reason.message, { cause: err });
+  }
+  if (code !== undefined && NOT_SENT.has(code)) return new UpstreamError('not_sent', `upstream unreachable (${code})`, { cause: err });
+  if (code !== undefined && TIMEOUTS.has(code)) return new UpstreamError('timeout', `upstream timed out (${code})`, { cause: err });
+  return new UpstreamError('reset', `upstream connection failed after the request was sent (${code ?? e?.message ?? 'unknown error'})`, { cause: err });
+}
+
+export interface Upstream {
+  readonly pool: Dispatcher;
+  readonly origin: string;
+  readonly timeoutMs: number;
+  close(): Promise<void>;
+}
+
+export function createUpstream(cfg: UpstreamConfig): Upstream {
+  const origin = new URL(cfg.url).origin;
+  const pool = new Pool(origin, {
+    connections: cfg.connections,
+    pipelining: 1,
+    keepAliveTimeout: 4_000,
+    headersTimeout: cfg.timeoutMs,
+    bodyTimeout: cfg.timeoutMs,
+    connect: { timeout: Math.min(cfg.timeoutMs, 10_000) },
+  });
+  return {
+    pool,
+    origin,
+    timeoutMs: cfg.timeoutMs,
+    close: () => pool.close(),
+  };
+}
