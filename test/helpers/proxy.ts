@@ -1,0 +1,125 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import path from 'node:path';
+import { startProxy, type RunningProxy } from '../../src/app.js';
+import { loadConfig } from '../../src/config/load.js';
+import { createLogger } from '../../src/log/logger.js';
+
+// Two ways to run the proxy in tests: in-process (fast, for most tests) and
+// as a real child process through the CLI (for crashes, signals, and two
+// instances sharing one database).
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+/** dist/src/main.js, from dist/test/helpers/. */
+export const MAIN = path.resolve(here, '../../src/main.js');
+
+export interface InProcessOptions {
+  readonly upstream: string;
+  readonly databaseUrl: string | null;
+  /** YAML; listen/admin/upstream/store may be left out. */
+  readonly yaml?: string;
+  readonly redisUrl?: string;
+  readonly dataDir?: string;
+  readonly env?: Record<string, string>;
+  readonly logLevel?: string;
+}
+
+/** Starts the proxy in this process on 127.0.0.1:0 (admin too). */
+export async function startTestProxy(opts: InProcessOptions): Promise<RunningProxy> {
+  let yaml = opts.yaml ?? '';
+  if (opts.dataDir !== undefined) yaml = `${yaml}\nstore: { dataDir: ${JSON.stringify(opts.dataDir)} }\n`;
+  const config = loadConfig({
+    text: yaml,
+    flags: {
+      upstream: opts.upstream,
+      listen: '127.0.0.1:0',
+      admin: '127.0.0.1:0',
+      databaseUrl: opts.databaseUrl ?? null,
+      redisUrl: opts.redisUrl ?? null,
+    },
+    env: { ...(opts.env ?? {}) },
+  });
+  const logger = createLogger(opts.logLevel ?? process.env.TEST_LOG_LEVEL ?? 'silent');
+  return startProxy(config, { logger, shutdownDeadlineMs: 5000 });
+}
+
+export interface SpawnedProxy {
+  readonly url: string;
+  readonly adminUrl: string | null;
+  readonly proc: ChildProcess;
+  /** Every stdout line so far (pino JSON). */
+  readonly lines: string[];
+  /** SIGTERM and wait for exit; returns the exit code. */
+  stop(): Promise<number | null>;
+  /** SIGKILL (a crash) and wait for exit. */
+  kill(): Promise<void>;
+}
+
+/**
+ * Runs `idempotency-proxy <args>` as a child process and waits for its
+ * "proxy listening" line. Pass --listen 127.0.0.1:0 to get a free port.
+ */
+export async function spawnProxy(args: string[], env: NodeJS.ProcessEnv = {}): Promise<SpawnedProxy> {
+  const proc = spawn(process.execPath, [MAIN, ...args], {
+    env: { PATH: process.env.PATH, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const lines: string[] = [];
+  let stderr = '';
+  let buf = '';
+  proc.stderr!.on('data', (d: Buffer) => { stderr += d.toString(); });
+  const listening = new Promise<{ url: string; adminUrl: string | null }>((resolve, reject) => {
+    proc.stdout!.on('data', (d: Buffer) => {
+      buf += d.toString();
+      let i;
+      while ((i = buf.indexOf('\n')) !== -1) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        lines.push(line);
+        try {
+          const j = JSON.parse(line) as { msg?: string; url?: string; adminUrl?: string | null };
+          if (j.msg === 'proxy listening') resolve({ url: j.url!, adminUrl: j.adminUrl ?? null });
+        } catch {
+          /* not JSON */
+        }
+      }
+    });
+    proc.once('exit', (code) => reject(new Error(`proxy exited with ${code} before listening:\n${stderr}\n${lines.join('\n')}`)));
+  });
+  const timeout = setTimeout(() => proc.kill('SIGKILL'), 30_000);
+  try {
+    const { url, adminUrl } = await listening;
+    const exited = once(proc, 'exit');
+    return {
+      url,
+      adminUrl,
+      proc,
+      lines,
+      async stop() {
+        if (proc.exitCode !== null) return proc.exitCode;
+        proc.kill('SIGTERM');
+        const [code] = await exited;
+        return code as number | null;
+      },
+      async kill() {
+        if (proc.exitCode !== null || proc.signalCode !== null) return;
+        proc.kill('SIGKILL');
+        await exited;
+      },
+    };
+  } finally {
+    clearTimeout(timeout);
+  }
+}
+
+/** Runs the CLI to completion; returns exit code and output. */
+export async function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  const proc = spawn(process.execPath, [MAIN, ...args], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  proc.stdout.on('data', (d: Buffer) => { stdout += d.toString(); });
+  proc.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
+  const [code] = await once(proc, 'exit');
+  return { code: code as number | null, stdout, stderr };
+}

@@ -1,0 +1,70 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+// A real upstream for tests: counts executions, records what it received,
+// and answers with whatever the test's responder says.
+
+export interface Received {
+  readonly method: string;
+  readonly url: string;
+  readonly headers: http.IncomingHttpHeaders;
+  readonly rawHeaders: string[];
+  readonly body: Buffer;
+}
+
+export type Responder = (req: Received, n: number, res: http.ServerResponse) => void | Promise<void>;
+
+export interface TestUpstream {
+  readonly url: string;
+  readonly port: number;
+  readonly received: Received[];
+  /** Requests whose handler ran (body fully read). */
+  executions(): number;
+  close(): Promise<void>;
+}
+
+export const jsonResponder = (status = 201, delayMs = 0): Responder => async (req, n, res) => {
+  if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
+  const body = JSON.stringify({ execution: n, method: req.method, url: req.url, body: req.body.toString() });
+  res.writeHead(status, { 'content-type': 'application/json', 'x-upstream-execution': String(n) });
+  res.end(body);
+};
+
+export async function startUpstream(responder: Responder = jsonResponder()): Promise<TestUpstream> {
+  const received: Received[] = [];
+  const sockets = new Set<import('node:net').Socket>();
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const r: Received = { method: req.method!, url: req.url!, headers: req.headers, rawHeaders: req.rawHeaders, body: Buffer.concat(chunks) };
+      received.push(r);
+      Promise.resolve(responder(r, received.length, res)).catch(() => res.destroy());
+    });
+  });
+  server.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    port,
+    received,
+    executions: () => received.length,
+    close: () => new Promise<void>((resolve) => {
+      for (const s of sockets) s.destroy();
+      server.close(() => resolve());
+    }),
+  };
+}
+
+/** A port with nothing listening on it (connection refused). */
+export async function closedPort(): Promise<number> {
+  const s = http.createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as AddressInfo).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
