@@ -11,9 +11,9 @@ import type { CommonArgs } from './options.js';
 // embedded store. Nothing else needed.
 
 const DEMO_YAML = `
-listen: \${LISTEN:-127.0.0.1:8080}
-admin: \${ADMIN:-127.0.0.1:9090}
-upstream: { url: \${UPSTREAM} }
+listen: "\${LISTEN:-127.0.0.1:8080}"
+admin: "\${ADMIN:-127.0.0.1:9090}"
+upstream: { url: "\${UPSTREAM}" }
 defaults:
   tenant: { fromHeader: x-tenant-id }
 routes:
