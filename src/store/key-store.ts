@@ -30,7 +30,10 @@ interface ClaimRow {
   retry_after_s: number | null;
 }
 
-type RawClaim = { readonly kind: 'claimed'; readonly attempt: number } | { readonly kind: 'row'; readonly row: ClaimRow } | { readonly kind: 'absent' };
+type RawClaim =
+  | { readonly kind: 'claimed'; readonly attempt: number }
+  | { readonly kind: 'decided'; readonly outcome: ClaimOutcome }
+  | { readonly kind: 'absent' };
 
 const CLAIM_ATTEMPTS = 5;
 const EMPTY = Buffer.alloc(0);
@@ -55,7 +58,6 @@ export class KeyStore {
     const maxInFlight = opts.maxInFlight ?? (db.singleInstance ? 1 : 2);
     this.claims = new Batcher({
       run: (items) => this.runClaims(items),
-      key: (c) => `${c.tenantId}\u0000${c.key}`,
       maxBatch,
       maxInFlight,
     });
@@ -79,9 +81,8 @@ export class KeyStore {
     for (let i = 0; i < CLAIM_ATTEMPTS; i++) {
       const raw = await this.claims.submit(req);
       if (raw.kind === 'claimed') return raw;
-      if (raw.kind === 'absent') continue; // vanished or not yet visible: claim again
-      const outcome = decide(raw.row, req.fingerprint);
-      if (outcome !== null) return outcome;
+      if (raw.kind === 'decided') return raw.outcome;
+      // 'absent': vanished or not yet visible: claim again
     }
     throw new ClaimRaceError();
   }
@@ -135,29 +136,52 @@ export class KeyStore {
     return rows[0]?.state ?? null;
   }
 
+  /**
+   * One statement for a batch. Requests for a key already in the batch (a
+   * retry storm) are not sent: they get their answer from the first one's row
+   * — a key this batch claimed is in flight for them — so a storm of N
+   * duplicates costs one round trip, not N.
+   */
   private async runClaims(items: readonly ClaimRequest[]): Promise<RawClaim[]> {
     const n = items.length;
-    const tenants = new Array<string>(n), keys = new Array<string>(n), fps = new Array<string>(n);
-    const owners = new Array<string>(n), leases = new Array<number>(n), ttls = new Array<number>(n);
-    const policies = new Array<string>(n), routes = new Array<string>(n), methods = new Array<string>(n);
-    const paths = new Array<string>(n);
-    for (let i = 0; i < n; i++) {
-      const c = items[i]!;
-      tenants[i] = c.tenantId; keys[i] = c.key; fps[i] = c.fingerprint.toString('hex');
-      owners[i] = c.ownerToken; leases[i] = c.leaseMs; ttls[i] = c.ttlMs;
-      policies[i] = c.onExpiredLease; routes[i] = c.route; methods[i] = c.method; paths[i] = c.path;
+    let firstOf: Map<string, number> | null = null;
+    let sent: number[] | null = null; // item index per statement row, when some were folded
+    if (n > 1) {
+      firstOf = new Map();
+      for (let i = 0; i < n; i++) {
+        const id = `${items[i]!.tenantId}\u0000${items[i]!.key}`;
+        if (!firstOf.has(id)) firstOf.set(id, i);
+        else sent ??= [];
+      }
+      if (sent !== null) sent = [...firstOf.values()];
+    }
+    const m = sent === null ? n : sent.length;
+    const tenants = new Array<string>(m), keys = new Array<string>(m), fps = new Array<string>(m);
+    const owners = new Array<string>(m), leases = new Array<number>(m), ttls = new Array<number>(m);
+    const policies = new Array<string>(m), routes = new Array<string>(m), methods = new Array<string>(m);
+    const paths = new Array<string>(m);
+    for (let j = 0; j < m; j++) {
+      const c = items[sent === null ? j : sent[j]!]!;
+      tenants[j] = c.tenantId; keys[j] = c.key; fps[j] = c.fingerprint.toString('hex');
+      owners[j] = c.ownerToken; leases[j] = c.leaseMs; ttls[j] = c.ttlMs;
+      policies[j] = c.onExpiredLease; routes[j] = c.route; methods[j] = c.method; paths[j] = c.path;
     }
     const rows = await this.db.query<ClaimRow>(claimStatement, [
       tenants, keys, fps, owners, leases, ttls, policies, routes, methods, paths,
     ]);
     const out = new Array<RawClaim>(n);
+    const rowOf = new Array<ClaimRow | undefined>(n);
     for (const row of rows) {
-      const i = row.ord - 1;
-      if (row.claimed) out[i] = { kind: 'claimed', attempt: row.claim_attempt ?? 1 };
-      else if (row.state === null) out[i] = { kind: 'absent' };
-      else out[i] = { kind: 'row', row };
+      const i = sent === null ? row.ord - 1 : sent[row.ord - 1]!;
+      rowOf[i] = row;
+      out[i] = rawFromRow(row, items[i]!.fingerprint);
     }
-    for (let i = 0; i < n; i++) if (out[i] === undefined) out[i] = { kind: 'absent' };
+    for (let i = 0; i < n; i++) {
+      if (out[i] !== undefined) continue;
+      const c = items[i]!;
+      const first = firstOf?.get(`${c.tenantId}\u0000${c.key}`);
+      out[i] = first === undefined || first === i ? { kind: 'absent' } : folded(out[first], rowOf[first], items[first]!, c);
+    }
     return out;
   }
 
@@ -183,6 +207,30 @@ export class KeyStore {
       return ttl === undefined ? { committed: false } : { committed: true, ttlLeftMs: ttl };
     });
   }
+}
+
+function rawFromRow(row: ClaimRow, fingerprint: Buffer): RawClaim {
+  if (row.claimed) return { kind: 'claimed', attempt: row.claim_attempt ?? 1 };
+  if (row.state === null) return { kind: 'absent' };
+  const outcome = decide(row, fingerprint);
+  return outcome === null ? { kind: 'absent' } : { kind: 'decided', outcome };
+}
+
+/** The answer for a duplicate folded into the same batch as `first`. */
+function folded(firstRaw: RawClaim | undefined, firstRow: ClaimRow | undefined, first: ClaimRequest, dup: ClaimRequest): RawClaim {
+  if (firstRaw === undefined || firstRaw.kind === 'absent') return { kind: 'absent' };
+  if (firstRaw.kind === 'claimed') {
+    // The key was claimed by this very statement: in flight for everyone else.
+    if (!dup.fingerprint.equals(first.fingerprint)) return { kind: 'decided', outcome: { kind: 'mismatch' } };
+    return { kind: 'decided', outcome: { kind: 'in_flight', retryAfterS: Math.max(1, Math.ceil(first.leaseMs / 1000)) } };
+  }
+  if (firstRow !== undefined && firstRow.fingerprint != null) {
+    return rawFromRow(firstRow, dup.fingerprint);
+  }
+  // outcome_unknown set by this statement (fingerprint not returned): the
+  // first matched the stored fingerprint.
+  if (!dup.fingerprint.equals(first.fingerprint)) return { kind: 'decided', outcome: { kind: 'mismatch' } };
+  return firstRaw;
 }
 
 function decide(row: ClaimRow, fingerprint: Buffer): ClaimOutcome | null {

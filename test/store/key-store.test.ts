@@ -121,7 +121,8 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) {
       await store.claim(first);
       await store.commit({ tenantId: 't1', key: 'k-ttl', ownerToken: first.ownerToken, response });
       await store.claim(claimReq('k-ttl-2'));
-      await raw(db, `UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE idem_key IN ('k-ttl', 'k-ttl-2')`);
+      // k-ttl-2 is in flight: its lease must be over too, or it is still in use (not expired).
+      await raw(db, `UPDATE idempotency_keys SET expires_at = now() - interval '1 second', locked_until = now() - interval '1 second' WHERE idem_key IN ('k-ttl', 'k-ttl-2')`);
       assert.deepEqual(await store.claim(claimReq('k-ttl', { fingerprint: fp('new payload') })), { kind: 'claimed', attempt: 1 });
       const r = await sweepOnce(db, 1);
       assert.equal(r.locked, true);
@@ -134,6 +135,18 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) {
       const outcomes = await Promise.all(Array.from({ length: 50 }, () => store.claim(claimReq('k-race'))));
       assert.equal(outcomes.filter((o) => o.kind === 'claimed').length, 1);
       assert.equal(outcomes.filter((o) => o.kind === 'in_flight').length, 49);
+    });
+
+    test('a storm of duplicates folded into one batch: one claim, the rest in flight or mismatched by payload', async () => {
+      const reqs = Array.from({ length: 40 }, (_, i) => claimReq('k-storm', { fingerprint: fp(i % 4 === 3 ? 'other' : 'body') }));
+      const outcomes = await Promise.all(reqs.map((r) => store.claim(r)));
+      const winner = outcomes.findIndex((o) => o.kind === 'claimed');
+      assert.equal(outcomes.filter((o) => o.kind === 'claimed').length, 1);
+      const winnerFp = reqs[winner]!.fingerprint;
+      outcomes.forEach((o, i) => {
+        if (i === winner) return;
+        assert.equal(o.kind, reqs[i]!.fingerprint.equals(winnerFp) ? 'in_flight' : 'mismatch', `request ${i}`);
+      });
     });
 
     test('200 concurrent claims of distinct keys are batched and all claimed', async () => {
