@@ -5,6 +5,16 @@ import { PROBLEM_CONTENT_TYPE, Problems, problemBody } from './problems.js';
 // Answers a duplicate with the stored record: status, stored headers (several
 // lines of one name stay several), body byte for byte, Idempotent-Replayed.
 
+/**
+ * Headers that describe the original body and would be false for the small
+ * problem body that replaces it (a digest that does not match, a download
+ * file name for a JSON problem).
+ */
+const DESCRIBES_ORIGINAL_BODY: ReadonlySet<string> = new Set([
+  'content-type', 'content-encoding', 'content-md5', 'etag', 'content-range', 'content-disposition',
+  'digest', 'content-digest', 'repr-digest',
+]);
+
 export function sendReplay(res: ServerResponse, stored: StoredResponse, requestId: string): void {
   const flat: string[] = [];
   let body = stored.body;
@@ -14,7 +24,7 @@ export function sendReplay(res: ServerResponse, stored: StoredResponse, requestI
     // The original body was over maxStoredResponseBytes: original status and
     // headers, with a small problem body in place of the original one.
     for (const [name, value] of stored.headers) {
-      if (name !== 'content-type' && name !== 'content-encoding' && name !== 'etag' && name !== 'content-md5') flat.push(name, value);
+      if (!DESCRIBES_ORIGINAL_BODY.has(name)) flat.push(name, value);
     }
     flat.push('content-type', PROBLEM_CONTENT_TYPE);
     body = Buffer.from(JSON.stringify(problemBody(
@@ -25,7 +35,9 @@ export function sendReplay(res: ServerResponse, stored: StoredResponse, requestI
       { originalBodyBytes: stored.bodySize },
     )));
   }
-  flat.push('content-length', String(body.length), 'idempotent-replayed', 'true', 'x-request-id', requestId);
+  // RFC 9110 §8.6: no Content-Length in a 204 or 304 (nor a body).
+  if (stored.status !== 204 && stored.status !== 304) flat.push('content-length', String(body.length));
+  flat.push('idempotent-replayed', 'true', 'x-request-id', requestId);
   res.writeHead(stored.status, flat);
   res.end(body);
 }

@@ -5,22 +5,23 @@
 export class Waiters {
   private readonly map = new Map<string, Set<() => void>>();
 
-  /** Resolves when the key is settled here, or after ms. */
-  wait(id: string, ms: number): Promise<void> {
+  /** Resolves true when the key is settled here, false after ms. */
+  wait(id: string, ms: number): Promise<boolean> {
     return new Promise((resolve) => {
       let set = this.map.get(id);
       if (set === undefined) this.map.set(id, (set = new Set()));
-      const done = (): void => {
+      const done = (woken: boolean): void => {
         clearTimeout(timer);
         const s = this.map.get(id);
         if (s !== undefined) {
-          s.delete(done);
+          s.delete(wake);
           if (s.size === 0) this.map.delete(id);
         }
-        resolve();
+        resolve(woken);
       };
-      const timer = setTimeout(done, ms);
-      set.add(done);
+      const wake = (): void => done(true);
+      const timer = setTimeout(done, ms, false);
+      set.add(wake);
     });
   }
 

@@ -1,7 +1,10 @@
 import { createHash } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FingerprintPolicy } from '../config/types.js';
-import { canonicalJson, parsePointer, type JsonValue } from './json.js';
+import { canonicalJson, jsonDepthAtMost, numbersArePrecise, parsePointer, type JsonValue } from './json.js';
+
+/** Deeper JSON bodies are fingerprinted byte for byte, never canonicalized. */
+export const MAX_CANONICAL_DEPTH = 512;
 
 // SHA-256 over method, path, query, selected headers and the body. Every part
 // is length-prefixed, so no two different requests share an input.
@@ -45,7 +48,10 @@ export function fingerprint(
     part(h, name);
     part(h, v === undefined ? '' : Array.isArray(v) ? v.join('\n') : v);
   }
-  if (fp.canonical && json !== undefined) {
+  // A body whose numbers a double cannot hold exactly is hashed raw: its
+  // canonical form could equal another payload's. So is a body nested deeper
+  // than MAX_CANONICAL_DEPTH (canonicalizing it would exhaust the stack).
+  if (fp.canonical && json !== undefined && numbersArePrecise(body) && jsonDepthAtMost(body, MAX_CANONICAL_DEPTH)) {
     h.update('j');
     part(h, canonicalJson(json, fp.exclude));
   } else {

@@ -1,0 +1,93 @@
+// onUnknownOutcome — an upstream timeout leaves the outcome unknown. `store`
+// (default) binds the 504 to the key: the retry gets the same 504 and the
+// operation never runs twice. `release` gives the key back: the retry runs
+// again. Routes that trade safety for availability are named at startup.
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import type { RunningProxy } from '../../src/app.js';
+import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
+import { send } from '../helpers/http.js';
+import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { problemType, startLoggedProxy, type LogLine } from './support.js';
+
+const YAML = `
+upstream: { timeout: 400ms }
+defaults:
+  tenant: { constant: t }
+routes:
+  - name: quotes-release
+    match: { path: /quotes/** }
+    onUnknownOutcome: release
+  - name: payments-store
+    match: { path: /payments/** }
+  - name: search-lenient
+    match: { path: /search/** }
+    onStoreError: passthrough
+  - name: both
+    match: { path: /both/** }
+    onUnknownOutcome: release
+    onStoreError: passthrough
+  - name: static
+    match: { path: /** }
+    mode: passthrough
+    onUnknownOutcome: release
+`;
+
+describe('onUnknownOutcome', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let proxy: RunningProxy;
+  let lines: LogLine[];
+  const hits = (path: string): number => upstream.received.filter((r) => r.url === path).length;
+  const post = (path: string, key: string) => send(`${proxy.url}${path}`, { headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: '{"n":1}' });
+
+  before(async () => {
+    db = await createTestDatabase();
+    // The first call to each path outlives upstream.timeout; later ones answer at once.
+    upstream = await startUpstream((req, n, res) => jsonResponder(201, hits(req.url) === 1 ? 1000 : 0)(req, n, res));
+    ({ proxy, lines } = await startLoggedProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: YAML }));
+  });
+  after(async () => {
+    await proxy?.close();
+    await upstream?.close();
+    await db?.drop();
+  });
+
+  test('release: the timeout answers 504 and gives the key back; the retry executes again', async () => {
+    const first = await post('/quotes/q1', 'q-1');
+    assert.equal(first.status, 504);
+    assert.equal(problemType(first), 'upstream-timeout');
+    assert.equal((await sql(db.url, "SELECT 1 FROM idempotency_keys WHERE idem_key = 'q-1'")).length, 0, 'the key was released');
+    const retry = await post('/quotes/q1', 'q-1');
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers['idempotent-replayed'], undefined);
+    assert.equal(hits('/quotes/q1'), 2, 'the operation ran twice: the trade this route chose');
+    const line = lines.find((l) => l.msg === 'request' && l.route === 'quotes-release' && l.status === 504)!;
+    assert.equal(line.outcome, 'upstream_error');
+    assert.equal(line.released, true);
+  });
+
+  test('store (default): the 504 is bound to the key; the retry replays it and nothing runs twice', async () => {
+    const first = await post('/payments/p1', 'p-1');
+    assert.equal(first.status, 504);
+    const retry = await post('/payments/p1', 'p-1');
+    assert.equal(retry.status, 504);
+    assert.equal(retry.headers['idempotent-replayed'], 'true');
+    assert.equal(problemType(retry), 'upstream-timeout');
+    assert.equal(hits('/payments/p1'), 1);
+  });
+
+  test('the startup warning names the routes that trade safety for availability', () => {
+    const warnings = lines.filter((l) => l.level === 'warn');
+    const release = warnings.find((l) => /onUnknownOutcome: release/.test(String(l.msg)));
+    const pass = warnings.find((l) => /onStoreError: passthrough/.test(String(l.msg)));
+    assert.ok(release, `no onUnknownOutcome warning in ${JSON.stringify(warnings)}`);
+    assert.ok(pass, `no onStoreError warning in ${JSON.stringify(warnings)}`);
+    // Passthrough routes never deduplicate, so their policy does not matter and is not named.
+    assert.deepEqual(release.routes, ['quotes-release', 'both']);
+    assert.deepEqual(pass.routes, ['search-lenient', 'both']);
+    // Logged before the proxy starts listening.
+    const listening = lines.findIndex((l) => l.msg === 'proxy listening');
+    assert.ok(lines.indexOf(release) < listening && lines.indexOf(pass) < listening);
+  });
+});
