@@ -1,7 +1,7 @@
 import type { DestinationStream } from 'pino';
 import type { Config } from './config/types.js';
 import { createAdminHandler } from './http/admin.js';
-import { listen, type Listener } from './http/server.js';
+import { listen, type Listener, type ServerTimeouts } from './http/server.js';
 import { createHandler } from './lifecycle/handler.js';
 import { Waiters } from './lifecycle/waiters.js';
 import { createLogger, type Logger } from './log/logger.js';
@@ -14,6 +14,13 @@ import { KeyStore } from './store/key-store.js';
 import { latestVersion, migrate, schemaVersion } from './store/migrate.js';
 import { startSweeper } from './store/sweeper.js';
 import type { ReplayCache } from './store/cache.js';
+import { createRedisCache, defaultCachePrefix, type RedisCacheTuning } from './store/redis-cache.js';
+import { maskUrl } from './config/mask.js';
+import { drainServer } from './ops/drain.js';
+import { InstrumentedKeyStore } from './ops/instrumented-store.js';
+import { createReadiness } from './ops/readiness.js';
+import { planReload } from './ops/reload-plan.js';
+import type { LifecycleDeps } from './lifecycle/deps.js';
 
 // The composition root: the one place that builds pools, cache, logger and
 // metrics and passes them in. No module reaches for a global.
@@ -21,13 +28,18 @@ import type { ReplayCache } from './store/cache.js';
 export interface StartOptions {
   readonly logger?: Logger;
   readonly logDestination?: DestinationStream;
-  /** Shutdown deadline for in-flight requests. */
+  /** Shutdown deadline for in-flight requests (beats config.shutdownTimeoutMs). */
   readonly shutdownDeadlineMs?: number;
+  /** Redis cache tuning (key prefix, timeouts, breaker); used when config.store.redis is set. */
+  readonly redisCache?: RedisCacheTuning;
+  /** Client-side timeouts of the main listener (tests shorten them); defaults in src/http/server.ts. */
+  readonly serverTimeouts?: Partial<ServerTimeouts>;
 }
 
 export interface RunningProxy {
   readonly url: string;
   readonly adminUrl: string | null;
+  /** The running configuration (routes as last reloaded). */
   readonly config: Config;
   readonly store: KeyStore;
   readonly db: Db;
@@ -35,6 +47,21 @@ export interface RunningProxy {
   readonly logger: Logger;
   /** Graceful: stop accepting, finish and commit in-flight requests, close pools. */
   close(): Promise<void>;
+  /**
+   * SIGHUP: swaps in routes, policies and live settings of `next` for new
+   * requests (in-flight requests keep their route). Settings that need a
+   * restart keep their running values and are listed. Throws if the new
+   * routes cannot be compiled; the running configuration is then kept.
+   */
+  reload(next: Config): ReloadResult;
+}
+
+export interface ReloadResult {
+  readonly routes: readonly string[];
+  /** Live settings that changed (`routes`, `logLevel`, `shutdownTimeout`). */
+  readonly changed: readonly string[];
+  /** Changed settings that need a restart, as YAML paths (`upstream.url`). */
+  readonly restartNeeded: readonly string[];
 }
 
 export async function startProxy(config: Config, opts: StartOptions = {}): Promise<RunningProxy> {
@@ -52,14 +79,24 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
         throw new Error(`the database schema is at version ${v}, this proxy needs ${latestVersion}: run "idempotency-proxy migrate" first (or start without store.migrate: false)`);
       }
     }
-    const store = new KeyStore(db);
+    const store: KeyStore = new InstrumentedKeyStore(db, metrics);
     const router = new Router(config);
     const upstream = createUpstream(config.upstream);
-    cleanups.push(() => upstream.close());
-    const cache: ReplayCache | null = null;
+    let forcedShutdown = false;
+    // After a forced shutdown, upstream calls still running are aborted rather than awaited.
+    cleanups.push(() => (forcedShutdown ? upstream.pool.destroy() : upstream.close()));
+    const cache: ReplayCache | null = await openCache(config, opts, metrics, logger);
+    if (cache !== null) cleanups.push(() => cache.close());
     warnTradeOffs(config, logger);
 
-    const handler = createHandler({ config, router, store, cache, upstream, logger, metrics, waiters: new Waiters() });
+    // Routes and policies are swapped on reload: the lifecycle reads them per request.
+    let live = { config, router };
+    const deps: LifecycleDeps = {
+      get config() { return live.config; },
+      get router() { return live.router; },
+      store, cache, upstream, logger, metrics, waiters: new Waiters(),
+    };
+    const handler = createHandler(deps);
     const sweeper = startSweeper(db, {
       intervalMs: config.store.sweepIntervalMs,
       batchSize: config.store.sweepBatchSize,
@@ -73,20 +110,15 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     });
     cleanups.push(() => sweeper.stop());
 
-    const main = await listen(handler, config.listen.host, config.listen.port);
+    const main = await listen(handler, config.listen.host, config.listen.port, opts.serverTimeouts);
+    cleanups.push(() => { if (main.server.listening) main.server.close(); });
+    let closing: Promise<void> | null = null;
     let admin: Listener | null = null;
     if (config.admin !== null) {
       const adminHandler = createAdminHandler({
         registry: metrics.registry,
         token: config.adminToken,
-        ready: async () => {
-          try {
-            const v = await schemaVersion(db);
-            return v >= latestVersion ? null : `schema version ${v}, needs ${latestVersion} (run idempotency-proxy migrate)`;
-          } catch (err) {
-            return `key store unreachable: ${(err as Error).message}`;
-          }
-        },
+        ready: createReadiness(db, { closing: () => closing !== null }),
       });
       admin = await listen(adminHandler, config.admin.host, config.admin.port);
     }
@@ -96,25 +128,52 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     }
     logger.info({ url: main.url, adminUrl: admin?.url ?? null, upstream: config.upstream.url, store: db.description, routes: router.routes.map((r) => r.name) }, 'proxy listening');
 
-    const deadline = opts.shutdownDeadlineMs ?? 30_000;
-    let closing: Promise<void> | null = null;
     return {
       url: main.url,
       adminUrl: admin?.url ?? null,
-      config,
+      get config() { return live.config; },
       store,
       db,
       metrics,
       logger,
       close: () => (closing ??= (async () => {
-        await Promise.all([main.close(deadline), admin?.close(1000)]);
+        // /readyz answers 503 from here on; the admin listener stays up while draining.
+        const deadlineMs = opts.shutdownDeadlineMs ?? live.config.shutdownTimeoutMs;
+        const drained = await drainServer(main.server, { deadlineMs, idle: () => metrics.inFlight.whenIdle() });
+        forcedShutdown = drained.forced;
+        if (drained.forced) {
+          logger.warn({ deadlineMs, keysInFlight: metrics.inFlight.count },
+            'shutdown deadline passed: remaining connections cut; keys still in flight stay claimed until their lease ends');
+        } else {
+          logger.info({ ms: Math.round(drained.ms) }, 'in-flight requests finished');
+        }
+        await admin?.close(1000);
         for (const c of cleanups.reverse()) await c();
       })()),
+      reload: (next) => {
+        const plan = planReload(live.config, next);
+        const nextRouter = new Router(plan.config);
+        live = { config: plan.config, router: nextRouter };
+        if (opts.logger === undefined && logger.level !== plan.config.logLevel) logger.level = plan.config.logLevel;
+        if (plan.changed.includes('routes')) warnTradeOffs(plan.config, logger);
+        return { routes: nextRouter.routes.map((r) => r.name), changed: plan.changed, restartNeeded: plan.restartNeeded };
+      },
     };
   } catch (err) {
     for (const c of cleanups.reverse()) await c();
     throw err;
   }
+}
+
+/** The Redis lookaside cache, when configured. Never fails the start: Redis is optional. */
+async function openCache(config: Config, opts: StartOptions, metrics: Metrics, logger: Logger): Promise<ReplayCache | null> {
+  const url = config.store.redis;
+  if (url === null) return null;
+  const cache = createRedisCache({ prefix: defaultCachePrefix(config.store), ...opts.redisCache, url }, { metrics, logger });
+  const where = { redis: maskUrl(url), prefix: cache.prefix };
+  if (await cache.ready(1000)) logger.info(where, 'redis cache connected');
+  else logger.warn(where, 'redis cache not reachable at start: serving from PostgreSQL until it is');
+  return cache;
 }
 
 function warnTradeOffs(config: Config, logger: Logger): void {

@@ -17,5 +17,11 @@ const code = await runCli(hideBin(process.argv), {
     process.on('SIGTERM', handler);
     process.on('SIGINT', handler);
   },
+  onReloadSignal: (fn) => {
+    process.on('SIGHUP', () => fn());
+  },
 });
 process.exitCode = code;
+// Everything is closed by now; a handle some library forgot must not keep a
+// stopped proxy alive (unref'd: a clean exit does not wait for it).
+setTimeout(() => process.exit(code), 3000).unref();

@@ -5,6 +5,7 @@ import { migrateCommand } from './migrate.js';
 import { checkConfigCommand } from './check-config.js';
 import { keysCommand } from './keys.js';
 import { demoCommand } from './demo.js';
+import { verifyCommand } from './verify.js';
 
 export type Outcome = { code: number };
 
@@ -12,6 +13,7 @@ export type Outcome = { code: number };
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
   const outcome: Outcome = { code: 0 };
   let failure: string | null = null;
+  let hint: string | null = null;
   const parser = yargs([...argv])
     .scriptName('idempotency-proxy')
     .usage('$0 <command> [options]\n\nHTTP reverse proxy that makes retried requests harmless (Idempotency-Key).')
@@ -22,6 +24,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     .command(checkConfigCommand(io, outcome))
     .command(keysCommand(io, outcome))
     .command(demoCommand(io, outcome))
+    .command(verifyCommand(io, outcome))
     .demandCommand(1, 'name a command: serve, migrate, check-config, keys, verify or demo')
     .strict()
     .recommendCommands()
@@ -31,13 +34,22 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     .wrap(Math.min(100, process.stdout.columns ?? 100))
     .exitProcess(false)
     .fail((msg, err) => {
+      // "Did you mean serve?" comes first; yargs then reports the unknown argument itself.
+      if (err == null && msg?.startsWith('Did you mean')) {
+        hint = msg;
+        return;
+      }
       failure = msg ?? formatError(err);
+      // Throw, or yargs goes on to run the handler despite the failed validation.
+      throw err ?? new Error(msg);
     });
   try {
     await parser.parseAsync();
   } catch (err) {
     failure ??= formatError(err);
   }
+  if (failure === null && hint !== null) failure = hint;
+  else if (failure !== null && hint !== null) failure = `${failure}. ${hint}`;
   if (failure !== null) {
     io.stderr.write(`idempotency-proxy: ${failure}\n`);
     if (!/^invalid configuration/.test(failure)) io.stderr.write('Run "idempotency-proxy --help" for usage.\n');

@@ -7,6 +7,8 @@ export interface CliIo {
   readonly stderr: Writable;
   /** Registers the graceful-shutdown callback (SIGTERM/SIGINT). */
   readonly onShutdownSignal: (fn: (signal: string) => void) => void;
+  /** Registers the configuration-reload callback (SIGHUP). Absent: reload is not offered. */
+  readonly onReloadSignal?: (fn: () => void) => void;
 }
 
 /** A failure the user can act on: printed without a stack, exit code 2. */

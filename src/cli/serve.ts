@@ -1,5 +1,6 @@
 import type { CommandModule } from 'yargs';
 import { startProxy } from '../app.js';
+import { reloadFromFile } from '../ops/reload.js';
 import type { CliIo } from './io.js';
 import type { Outcome } from './index.js';
 import { commandConfig, withServeFlags, type CommonArgs } from './options.js';
@@ -15,15 +16,22 @@ interface ServeArgs extends CommonArgs {
 export function serveCommand(io: CliIo, outcome: Outcome): CommandModule<CommonArgs, ServeArgs> {
   return {
     command: 'serve',
-    describe: 'Run the proxy (with no config file, --upstream alone is enough)',
+    describe: 'Run the proxy (without a file, --upstream alone is enough); SIGHUP reloads routes, SIGTERM drains',
     builder: (y) => withServeFlags(y)
       .example('$0 serve --upstream http://127.0.0.1:3000', 'embedded store, every POST/PATCH with an Idempotency-Key deduplicated')
       .example('$0 serve --config config/payments.yaml --database-url postgres://…', 'production-like'),
     handler: async (args) => {
       const config = commandConfig(args, io);
       const proxy = await startProxy(config);
+      let stopping = false;
+      io.onReloadSignal?.(() => {
+        if (stopping) return;
+        proxy.logger.info({ file: args.config ?? null }, 'SIGHUP: reloading the configuration');
+        reloadFromFile(proxy, args.config ?? null, () => commandConfig(args, io));
+      });
       await new Promise<void>((resolve) => {
         io.onShutdownSignal((signal) => {
+          stopping = true;
           proxy.logger.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
           proxy.close().then(() => {
             proxy.logger.info('shutdown complete');

@@ -34,6 +34,7 @@ const DEFAULTS = {
   sweepIntervalMs: 60_000,
   sweepBatchSize: 1_000,
   logLevel: 'info',
+  shutdownTimeoutMs: 30_000,
 } as const;
 
 type Raw = Record<string, unknown>;
@@ -175,6 +176,7 @@ export function resolveConfig(tree: unknown, flags: ConfigFlags, env: Env, issue
     upstream: resolveUpstream(raw, flags, issues),
     store: resolveStore(raw, flags, env, issues),
     logLevel: resolveLogLevel(raw, flags, issues),
+    shutdownTimeoutMs: duration(raw, 'shutdownTimeout', [], DEFAULTS.shutdownTimeoutMs, issues),
     routes: resolveRoutes(raw.defaults, raw.routes, issues),
   };
 }

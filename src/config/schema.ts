@@ -93,6 +93,7 @@ export function configSchema(): Schema {
         sweepBatchSize: { type: 'integer', minimum: 1 },
       }),
       logLevel: enumOf('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'),
+      shutdownTimeout: duration,
       defaults: section(policyProperties()),
       routes: { type: ['array', 'null'], items: route },
     }),

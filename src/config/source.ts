@@ -56,6 +56,14 @@ export function parseSource(text: string): ParsedSource {
     const where = pos ? `line ${pos.line}:${pos.col}` : 'unknown position';
     return `YAML syntax error at ${where}: ${firstLine(error.message)}`;
   });
-  const tree = syntaxErrors.length === 0 ? (doc.toJS({ maxAliasCount: 1000 }) ?? {}) : {};
+  let tree: unknown = {};
+  if (syntaxErrors.length === 0) {
+    try {
+      tree = doc.toJS({ maxAliasCount: 1000 }) ?? {};
+    } catch (error) {
+      // An alias bomb ("billion laughs") is refused by the yaml library.
+      syntaxErrors.push(`YAML error: ${firstLine((error as Error).message)} (aliases expand to more than 1000 nodes)`);
+    }
+  }
   return { tree, syntaxErrors, lineOf: (path) => locate(doc, counter, path) };
 }

@@ -75,5 +75,7 @@ export interface Config {
   readonly upstream: UpstreamConfig;
   readonly store: StoreConfig;
   readonly logLevel: string;
+  /** Graceful shutdown: how long in-flight requests get to finish and commit. */
+  readonly shutdownTimeoutMs: number;
   readonly routes: readonly RoutePolicy[];
 }

@@ -1,8 +1,12 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
 
-// The admin listener: /metrics, /healthz, /readyz. Loopback by default;
-// an optional bearer token guards every path.
+// The admin listener: /metrics, /healthz, /readyz. Loopback by default.
+// With an admin token, every path requires `Authorization: Bearer <token>`
+// except the two probes: kubelet and Docker health checks carry no secret,
+// so /healthz and /readyz answer without it, and /readyz names the reason it
+// is not ready only to an authorized caller.
 
 export interface AdminDeps {
   readonly registry: Registry;
@@ -11,30 +15,43 @@ export interface AdminDeps {
   readonly ready: () => Promise<string | null>;
 }
 
+const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
+
 export function createAdminHandler(deps: AdminDeps): (req: IncomingMessage, res: ServerResponse) => void {
-  const expected = deps.token === null ? null : `Bearer ${deps.token}`;
-  const json = (res: ServerResponse, status: number, body: unknown): void => {
+  const expected = deps.token === null ? null : digest(`Bearer ${deps.token}`);
+  const authorized = (req: IncomingMessage): boolean => {
+    if (expected === null) return true;
+    const given = req.headers.authorization;
+    return given !== undefined && timingSafeEqual(digest(given), expected);
+  };
+  const json = (res: ServerResponse, status: number, body: unknown, extra: Record<string, string> = {}): void => {
     const s = JSON.stringify(body);
-    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(s), 'cache-control': 'no-store' });
+    res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(s), 'cache-control': 'no-store', ...extra });
     res.end(s);
   };
   return (req, res) => {
-    if (expected !== null && req.headers.authorization !== expected) {
-      json(res, 401, { status: 'unauthorized' });
-      return;
-    }
     const path = (req.url ?? '/').split('?')[0];
     if (path === '/healthz') {
       json(res, 200, { status: 'ok' });
-    } else if (path === '/readyz') {
+      return;
+    }
+    const ok = authorized(req);
+    if (path === '/readyz') {
+      const unready = (reason: string): void => json(res, 503, ok ? { status: 'unready', reason } : { status: 'unready' });
       deps.ready().then(
-        (reason) => json(res, reason === null ? 200 : 503, reason === null ? { status: 'ready' } : { status: 'unready', reason }),
-        (err: Error) => json(res, 503, { status: 'unready', reason: err.message }),
+        (reason) => (reason === null ? json(res, 200, { status: 'ready' }) : unready(reason)),
+        (err: Error) => unready(err.message),
       );
-    } else if (path === '/metrics') {
+      return;
+    }
+    if (!ok) {
+      json(res, 401, { status: 'unauthorized', detail: 'this path requires Authorization: Bearer <adminToken>' }, { 'www-authenticate': 'Bearer realm="idempotency-proxy admin"' });
+      return;
+    }
+    if (path === '/metrics') {
       deps.registry.metrics().then(
         (text) => {
-          res.writeHead(200, { 'content-type': deps.registry.contentType });
+          res.writeHead(200, { 'content-type': deps.registry.contentType, 'cache-control': 'no-store' });
           res.end(text);
         },
         (err: Error) => json(res, 500, { error: err.message }),

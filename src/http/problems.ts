@@ -32,6 +32,11 @@ export const Problems = {
   upstreamReset: def('upstream-reset', 502, 'Upstream connection failed'),
   bodyNotRetained: def('body-not-retained', 0, 'Response body was not retained'),
   internal: def('internal-error', 500, 'Internal proxy error'),
+  badRequest: def('bad-request', 400, 'Malformed HTTP request'),
+  headersTooLarge: def('headers-too-large', 431, 'Request header fields too large'),
+  requestTimeout: def('request-timeout', 408, 'Request not received in time'),
+  transferCodingUnsupported: def('transfer-coding-unsupported', 501, 'Transfer coding not supported'),
+  methodNotAllowed: def('method-not-allowed', 405, 'Method not allowed'),
 } as const satisfies Record<string, ProblemDef>;
 
 export interface ProblemBody {

@@ -1,6 +1,9 @@
+import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { Handler } from '../lifecycle/handler.js';
+import { PROBLEM_CONTENT_TYPE, Problems, problemBody } from './problems.js';
 
 // The listener. Timeouts bound slow-loris clients; keep-alive longer than a
 // typical load balancer's idle timeout.
@@ -12,26 +15,66 @@ export interface Listener {
   close(deadlineMs: number): Promise<void>;
 }
 
-export async function listen(handler: Handler, host: string, port: number): Promise<Listener> {
+export interface ServerTimeouts {
+  /** Time a client has to send the request headers (slow-loris headers → 408). */
+  readonly headersTimeoutMs: number;
+  /** Time a client has to send the whole request, body included (slow-loris bodies → 408). */
+  readonly requestTimeoutMs: number;
+  readonly keepAliveTimeoutMs: number;
+}
+
+export const DEFAULT_SERVER_TIMEOUTS: ServerTimeouts = { headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, keepAliveTimeoutMs: 65_000 };
+
+export async function listen(handler: Handler, host: string, port: number, timeouts: Partial<ServerTimeouts> = {}): Promise<Listener> {
+  const t = { ...DEFAULT_SERVER_TIMEOUTS, ...timeouts };
   const server = http.createServer({
-    keepAliveTimeout: 65_000,
-    headersTimeout: 20_000,
-    requestTimeout: 120_000,
+    keepAliveTimeout: t.keepAliveTimeoutMs,
+    headersTimeout: t.headersTimeoutMs,
+    requestTimeout: t.requestTimeoutMs,
+    // Node enforces both timeouts only when it checks its connections (every
+    // 30 s by default): a slow-loris client would keep its socket up to 30 s
+    // past them.
+    connectionsCheckingInterval: Math.max(100, Math.min(1000, Math.floor(t.headersTimeoutMs / 4))),
     maxHeaderSize: 32 * 1024,
+    // Host is checked with the rest of the framing (src/http/framing.ts), so
+    // a missing Host gets a problem+json answer like every other 400.
+    requireHostHeader: false,
   }, handler);
+  // A reverse proxy is no tunnel: CONNECT gets a 405 and the connection closes
+  // (without a listener Node would leave the socket open until a timeout).
+  server.on('connect', (_req: http.IncomingMessage, socket: Duplex) => {
+    const requestId = randomUUID();
+    const body = JSON.stringify(problemBody(Problems.methodNotAllowed, 'CONNECT is not supported: this is a reverse proxy, not a tunnel', requestId));
+    socket.end(`HTTP/1.1 405 Method Not Allowed\r\ncontent-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+      `x-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`);
+  });
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     if (!socket.writable || err.code === 'ECONNRESET') {
       socket.destroy();
       return;
     }
-    const body = JSON.stringify({
-      type: 'urn:idempotency-proxy:problem:bad-request',
-      title: 'Malformed HTTP request',
-      status: 400,
-      detail: err.code ?? 'the request could not be parsed',
-    });
-    const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request';
-    socket.end(`HTTP/1.1 ${status}\r\ncontent-type: application/problem+json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    // A response already under way cannot be replaced by an error.
+    if ((socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) {
+      socket.destroy();
+      return;
+    }
+    // Node's HTTP parser refused the request, or the client was too slow to
+    // send it (headersTimeout / requestTimeout): a catalogue problem all the
+    // same, with a request id of its own.
+    const overflow = err.code === 'HPE_HEADER_OVERFLOW';
+    const slow = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+    const p = overflow ? Problems.headersTooLarge : slow ? Problems.requestTimeout : Problems.badRequest;
+    const requestId = randomUUID();
+    const parserReason = (err as { reason?: string }).reason;
+    const detail = overflow
+      ? 'the request headers are larger than the proxy accepts'
+      : slow
+        ? 'the request (headers and body) was not received in time; the connection is closed'
+        : `the HTTP request could not be parsed (${err.code ?? 'unknown parse error'}${parserReason ? `: ${parserReason}` : ''})`;
+    const body = JSON.stringify(problemBody(p, detail, requestId));
+    const reason = overflow ? 'Request Header Fields Too Large' : slow ? 'Request Timeout' : 'Bad Request';
+    socket.end(`HTTP/1.1 ${p.status} ${reason}\r\ncontent-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
+      `x-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`);
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

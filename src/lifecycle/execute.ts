@@ -24,7 +24,14 @@ export interface Claimed {
 }
 
 const EMPTY = Buffer.alloc(0);
-const COMMIT_RETRIES = [100, 300, 900, 2000];
+// A store outage during the commit: the upstream has already run, so the
+// record is worth waiting for. Nobody can take the key over while the store
+// is down, and the commit is fenced by the owner token, so retrying is safe
+// for as long as the lease would have held the key (at least 30 s); giving
+// up early loses the record and lets a retry run the operation again.
+const COMMIT_BACKOFF_MS = [100, 200, 400, 800];
+const COMMIT_BACKOFF_MAX_MS = 1000;
+const COMMIT_PATIENCE_MIN_MS = 30_000;
 
 export async function execute(deps: LifecycleDeps, ctx: RequestContext, route: CompiledRoute, body: Buffer, claim: Claimed): Promise<void> {
   const policy = route.policy;
@@ -60,7 +67,9 @@ export async function execute(deps: LifecycleDeps, ctx: RequestContext, route: C
       ctx.detail = stored.failure.message;
       ctx.res.destroy();
       if (policy.onUnknownOutcome === 'store') {
-        await commit(deps, ctx, route, claim, problemRecord(Problems.upstreamReset, stored.failure.message, ctx.requestId), null);
+        // A body cut by upstream.timeout is a timeout (504), any other break a reset (502).
+        const p = stored.failure.kind === 'timeout' ? Problems.upstreamTimeout : Problems.upstreamReset;
+        await commit(deps, ctx, route, claim, problemRecord(p, stored.failure.message, ctx.requestId), null);
       } else {
         await release(deps, ctx, claim);
       }
@@ -186,6 +195,7 @@ async function commit(
   last: Buffer | null,
 ): Promise<void> {
   const t0 = performance.now();
+  const giveUpAt = t0 + Math.max(route.policy.leaseMs, COMMIT_PATIENCE_MIN_MS);
   let outcome;
   for (let i = 0; ; i++) {
     try {
@@ -193,7 +203,7 @@ async function commit(
       break;
     } catch (err) {
       deps.metrics.storeErrors.inc({ op: 'commit' });
-      if (!(err instanceof StoreUnavailableError) || i >= COMMIT_RETRIES.length) {
+      if (!(err instanceof StoreUnavailableError) || performance.now() >= giveUpAt) {
         ctx.storeMs += performance.now() - t0;
         ctx.outcome = 'store_error';
         ctx.detail = `record could not be committed: ${(err as Error).message}`;
@@ -201,7 +211,7 @@ async function commit(
         ctx.res.destroy();
         return;
       }
-      await new Promise((r) => setTimeout(r, COMMIT_RETRIES[i]));
+      await new Promise((r) => setTimeout(r, COMMIT_BACKOFF_MS[i] ?? COMMIT_BACKOFF_MAX_MS));
     }
   }
   const ms = performance.now() - t0;

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { checkFraming } from '../http/framing.js';
 import { Problems, sendProblem } from '../http/problems.js';
 import { sendReplay } from '../http/replay.js';
 import { keyHash } from '../log/logger.js';
@@ -73,6 +74,9 @@ export function createHandler(deps: LifecycleDeps): Handler {
 }
 
 async function handle(deps: LifecycleDeps, ctx: RequestContext): Promise<void> {
+  // Phase: framing. What the upstream could read differently never goes further.
+  const framing = checkFraming(ctx.req);
+  if (framing !== null) return reject(ctx, framing.status, framing.problem, framing.detail, true);
   const route = deps.router.match(ctx.method, ctx.path);
   ctx.route = route;
   if (route === null || !route.idempotent || !route.idemMethods.has(ctx.method)) {
@@ -195,7 +199,7 @@ async function answer(
       ctx.ownerToken = claimReq!.ownerToken;
       ctx.attempt = outcome.attempt;
       if (outcome.attempt > 1) deps.metrics.leaseTakeovers.inc({ route: route.name });
-      deps.cache?.rememberInFlight(id.tenantId, id.key, id.fingerprint, Math.min(policy.leaseMs, 5000));
+      deps.cache?.rememberInFlight(id.tenantId, id.key, id.fingerprint, Math.min(policy.leaseMs, 5000), policy.leaseMs);
       await execute(deps, ctx, route, body, { tenantId: id.tenantId, key: id.key, ownerToken: claimReq!.ownerToken, fingerprint: id.fingerprint });
       return;
     case 'complete':
@@ -233,9 +237,11 @@ async function answer(
 }
 
 /**
- * onInFlight: wait — claim again when this instance settles the key, or at
- * growing intervals (never a tight loop, no connection held while waiting),
- * until the route's waitTimeout; then the usual 409.
+ * onInFlight: wait — claim again when this instance settles the key; a key
+ * held by another instance is checked at growing intervals (25 ms → 500 ms)
+ * with a plain read (no row lock, no write), and claimed again once the read
+ * shows it settled. No connection is held while waiting. After the route's
+ * waitTimeout: the usual 409.
  */
 async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: ClaimRequest, first: ClaimOutcome): Promise<ClaimOutcome> {
   const deadline = performance.now() + ctx.route!.policy.waitMs;
@@ -245,9 +251,16 @@ async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: Claim
   while (outcome.kind === 'in_flight') {
     const left = deadline - performance.now();
     if (left <= 0) break;
-    await deps.waiters.wait(id, Math.min(step, left));
+    const woken = await deps.waiters.wait(id, Math.min(step, left));
     step = Math.min(step * 2, 500);
     try {
+      if (!woken) {
+        const rec = await deps.store.get(req.tenantId, req.key);
+        if (rec !== null && !rec.expired && rec.state === 'in_flight' && !rec.leaseExpired) {
+          outcome = { kind: 'in_flight', retryAfterS: rec.retryAfterS };
+          continue;
+        }
+      }
       outcome = await deps.store.claim(req);
     } catch {
       break; // keep the last answer: 409

@@ -1,4 +1,4 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type LabelValues } from 'prom-client';
 
 // Our own registry (no prom-client globals). One name per phase, as in the
 // logs and docs/operations.md.
@@ -16,12 +16,44 @@ export interface Metrics {
   readonly storeErrors: Counter<'op'>;
   readonly cache: Counter<'result'>;
   readonly cacheBreakerOpen: Gauge;
-  readonly inFlight: Gauge;
+  readonly inFlight: InFlightGauge;
   readonly leaseTakeovers: Counter<'route'>;
   readonly leaseLost: Counter<'route'>;
   readonly sweeperDeleted: Counter;
   readonly shadowDecisions: Counter<'route' | 'decision'>;
   readonly batchSize: Histogram<'statement'>;
+}
+
+/**
+ * The keys-in-flight gauge, also readable synchronously: graceful shutdown
+ * waits for it to reach zero (every claimed request committed or released).
+ */
+export class InFlightGauge extends Gauge {
+  #count = 0;
+  #idle: Array<() => void> = [];
+
+  override inc(a?: LabelValues<string> | number, b?: number): void {
+    if (typeof a === 'object') super.inc(a, b);
+    else super.inc(a);
+    this.#count += typeof a === 'number' ? a : b ?? 1;
+  }
+
+  override dec(a?: LabelValues<string> | number, b?: number): void {
+    if (typeof a === 'object') super.dec(a, b);
+    else super.dec(a);
+    this.#count -= typeof a === 'number' ? a : b ?? 1;
+    if (this.#count <= 0 && this.#idle.length > 0) for (const fn of this.#idle.splice(0)) fn();
+  }
+
+  get count(): number {
+    return this.#count;
+  }
+
+  /** Resolves once no key is in flight. */
+  whenIdle(): Promise<void> {
+    if (this.#count <= 0) return Promise.resolve();
+    return new Promise((resolve) => this.#idle.push(resolve));
+  }
 }
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
@@ -39,7 +71,7 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
     storeErrors: new Counter({ name: 'idempotency_proxy_store_errors_total', help: 'Key store operations that failed', labelNames: ['op'], registers }),
     cache: new Counter({ name: 'idempotency_proxy_cache_total', help: 'Redis lookaside results: hit, miss, error, skipped (breaker open)', labelNames: ['result'], registers }),
     cacheBreakerOpen: new Gauge({ name: 'idempotency_proxy_cache_breaker_open', help: '1 while the Redis circuit breaker is open', registers }),
-    inFlight: new Gauge({ name: 'idempotency_proxy_keys_in_flight', help: 'Keys this instance holds claimed right now', registers }),
+    inFlight: new InFlightGauge({ name: 'idempotency_proxy_keys_in_flight', help: 'Keys this instance holds claimed right now', registers }),
     leaseTakeovers: new Counter({ name: 'idempotency_proxy_lease_takeovers_total', help: 'Claims that took over an expired lease (a previous holder crashed or stalled)', labelNames: ['route'], registers }),
     leaseLost: new Counter({ name: 'idempotency_proxy_lease_lost_total', help: 'Commits or extensions fenced out because the lease was taken over', labelNames: ['route'], registers }),
     sweeperDeleted: new Counter({ name: 'idempotency_proxy_sweeper_deleted_total', help: 'Expired records deleted by the sweeper', registers }),

@@ -70,6 +70,9 @@ export function upstreamRequestHeaders(raw: readonly string[], headers: Incoming
       continue;
     }
     if (lower === 'x-forwarded-proto' || lower === 'x-forwarded-host') continue;
+    // Expect: 100-continue was answered by this proxy's listener; the body is
+    // sent at once (and undici refuses the header).
+    if (lower === 'expect') continue;
     if (dropBodyFraming && lower === 'content-length') continue;
     out.push(name, raw[i + 1]!);
   }

@@ -21,6 +21,8 @@ export class UpstreamError extends Error {
 
 const NOT_SENT = new Set([
   'ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL',
+  // undici refused to build the request: not a byte was sent.
+  'UND_ERR_INVALID_ARG', 'UND_ERR_NOT_SUPPORTED',
 ]);
 const TIMEOUTS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 

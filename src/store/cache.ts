@@ -13,8 +13,12 @@ export interface ReplayCache {
   lookup(tenantId: string, key: string): Promise<CacheHit | null>;
   /** After a commit; ttlMs never longer than the row's remaining retention. Fire and forget. */
   rememberComplete(tenantId: string, key: string, fingerprint: Buffer, response: StoredResponse, ttlMs: number): void;
-  /** After a claim: a short-lived marker so a retry storm gets its 409 without PostgreSQL. */
-  rememberInFlight(tenantId: string, key: string, fingerprint: Buffer, ttlMs: number): void;
+  /**
+   * After a claim: a short-lived marker so a retry storm gets its 409 without
+   * PostgreSQL. ttlMs is capped by leaseMs (the claim's lease, also used for
+   * Retry-After); without leaseMs, ttlMs stands for both.
+   */
+  rememberInFlight(tenantId: string, key: string, fingerprint: Buffer, ttlMs: number, leaseMs?: number): void;
   /** After a release or purge. */
   forget(tenantId: string, key: string): void;
   close(): Promise<void>;

@@ -3,7 +3,9 @@ import type { Statement } from '../db/port.js';
 // The atomic claim, for a batch of distinct (tenant_id, idem_key) pairs in one
 // statement and one commit. For each input row it either
 //   - inserts a new in_flight row with a lease and the caller's owner token,
-//   - takes over a row whose retention expired (the key is new again),
+//   - takes over a row whose retention expired (the key is new again) —
+//     unless it is in flight with a live lease: a key whose upstream call
+//     outlasts its ttl is still in use, never free for a second execution,
 //   - takes over an in_flight row whose lease ran out, same fingerprint
 //     (on_expired_lease = reexecute), or marks it outcome_unknown (= fail),
 //   - or leaves the row alone, and returns it as it stood (duplicate).
@@ -41,7 +43,7 @@ WITH input AS (
     completed_at     = NULL, status_code = NULL, response_headers = NULL,
     response_body    = NULL, body_retained = NULL, body_size = NULL,
     route = EXCLUDED.route, method = EXCLUDED.method, path = EXCLUDED.path
-  WHERE k.expires_at <= now()
+  WHERE (k.expires_at <= now() AND (k.state <> 'in_flight' OR k.locked_until <= now()))
      OR (k.state = 'in_flight' AND k.locked_until <= now() AND k.fingerprint = EXCLUDED.fingerprint)
   RETURNING k.tenant_id, k.idem_key, k.state, k.owner_token, k.attempt
 )
@@ -54,6 +56,7 @@ SELECT i.ord::int AS ord,
   FROM input i
   LEFT JOIN claimed c ON c.tenant_id = i.tenant_id AND c.idem_key = i.idem_key
   LEFT JOIN idempotency_keys e
-         ON c.tenant_id IS NULL AND e.tenant_id = i.tenant_id AND e.idem_key = i.idem_key AND e.expires_at > now()
+         ON c.tenant_id IS NULL AND e.tenant_id = i.tenant_id AND e.idem_key = i.idem_key
+        AND (e.expires_at > now() OR (e.state = 'in_flight' AND e.locked_until > now()))
  ORDER BY i.ord`,
 };

@@ -3,6 +3,9 @@ import type { Statement } from '../db/port.js';
 // Completes a batch of claimed rows with their stored responses, fenced by
 // the owner token: a proxy whose lease was taken over writes nothing. One row
 // comes back per row written, with its remaining retention (for the cache).
+// A row already complete under the same owner token was completed by this
+// very request (tokens are fresh per claim): a commit retried after its reply
+// was lost. It is written again, identically, and reported committed.
 export const commitStatement: Statement = {
   name: 'idem_commit_v1',
   text: `
@@ -13,7 +16,7 @@ UPDATE idempotency_keys AS k
   FROM unnest($1::text[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[])
        AS v(tenant_id, idem_key, owner_token, status_code, headers, body, retained, size)
  WHERE k.tenant_id = v.tenant_id AND k.idem_key = v.idem_key
-   AND k.owner_token = v.owner_token AND k.state = 'in_flight'
+   AND k.owner_token = v.owner_token AND k.state IN ('in_flight', 'complete')
 RETURNING k.tenant_id, k.idem_key,
           greatest(0, floor(extract(epoch FROM (k.expires_at - now())) * 1000))::float8 AS ttl_left_ms`,
 };

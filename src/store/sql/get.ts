@@ -8,7 +8,7 @@ export const getStatement: Statement = {
                 locked_until, expires_at, created_at, completed_at,
                 status_code, response_headers, body_retained, body_size, route, method, path,
                 CASE WHEN $3::bool THEN response_body END AS response_body,
-                expires_at <= now() AS expired,
+                (expires_at <= now() AND (state <> 'in_flight' OR locked_until <= now())) AS expired,
                 (state = 'in_flight' AND locked_until <= now()) AS lease_expired,
                 greatest(1, ceil(extract(epoch FROM (locked_until - now()))))::int AS retry_after_s
            FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2`,

@@ -8,13 +8,15 @@ export const sweepLockStatement: Statement = {
 };
 
 // One bounded batch of expired rows, oldest first, skipping rows a claim is
-// taking over right now.
+// taking over right now, and rows still in flight under a live lease (their
+// upstream call outlasted the ttl; they expire once it settles).
 export const sweepBatchStatement: Statement = {
   name: 'idem_sweep_batch_v1',
   text: `DELETE FROM idempotency_keys
           WHERE ctid = ANY (ARRAY(
                 SELECT ctid FROM idempotency_keys
                  WHERE expires_at <= now()
+                   AND (state <> 'in_flight' OR locked_until <= now())
                  ORDER BY expires_at
                  LIMIT $1
                    FOR UPDATE SKIP LOCKED))

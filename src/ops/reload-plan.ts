@@ -1,0 +1,54 @@
+import type { Config } from '../config/types.js';
+
+// What a SIGHUP can change in a running proxy. Routes and their policies are
+// compiled into a new Router and swapped in for new requests; the log level
+// and the shutdown deadline are read when used. Listeners, the upstream pool
+// and the store (PostgreSQL, Redis, sweeper) are built once: a change there
+// needs a restart, and the running values are kept.
+
+const LIVE: ReadonlySet<string> = new Set(['routes', 'logLevel', 'shutdownTimeoutMs']);
+/** Sections compared field by field, so the log names e.g. `upstream.timeout`. */
+const SECTIONS: ReadonlySet<string> = new Set(['upstream', 'store']);
+
+export interface ReloadPlan {
+  /** The configuration to run with: the new live fields, the old everything else. */
+  readonly config: Config;
+  /** Settings that differ in the new file but need a restart, as YAML paths. */
+  readonly restartNeeded: readonly string[];
+  /** Live settings that changed. */
+  readonly changed: readonly string[];
+}
+
+const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b);
+
+/** `timeoutMs` → `timeout`, `sweepIntervalMs` → `sweepInterval`: the YAML names. */
+const yamlName = (field: string): string => field.replace(/Ms$/, '');
+
+export function planReload(current: Config, next: Config): ReloadPlan {
+  const restartNeeded: string[] = [];
+  const changed: string[] = [];
+  const fields = new Set([...Object.keys(current), ...Object.keys(next)]);
+  for (const field of fields) {
+    const a = (current as unknown as Record<string, unknown>)[field];
+    const b = (next as unknown as Record<string, unknown>)[field];
+    if (same(a, b)) continue;
+    if (LIVE.has(field)) {
+      changed.push(yamlName(field));
+    } else if (SECTIONS.has(field) && a !== null && b !== null && typeof a === 'object' && typeof b === 'object') {
+      const ra = a as Record<string, unknown>;
+      const rb = b as Record<string, unknown>;
+      for (const sub of new Set([...Object.keys(ra), ...Object.keys(rb)])) {
+        if (!same(ra[sub], rb[sub])) restartNeeded.push(`${field}.${yamlName(sub)}`);
+      }
+    } else {
+      restartNeeded.push(yamlName(field));
+    }
+  }
+  const config: Config = Object.freeze({
+    ...current,
+    routes: next.routes,
+    logLevel: next.logLevel,
+    shutdownTimeoutMs: next.shutdownTimeoutMs,
+  });
+  return { config, restartNeeded, changed };
+}

@@ -1,0 +1,339 @@
+import { createHash } from 'node:crypto';
+import path from 'node:path';
+import { Redis } from 'ioredis';
+import type { Counter } from 'prom-client';
+import { maskUrl } from '../config/mask.js';
+import type { StoreConfig } from '../config/types.js';
+import type { Logger } from '../log/logger.js';
+import type { Metrics } from '../metrics/metrics.js';
+import type { CacheHit, ReplayCache } from './cache.js';
+import { cacheKey, decode, encodeComplete, encodeInFlight } from './cache-codec.js';
+import { CircuitBreaker } from './circuit-breaker.js';
+import type { StoredResponse } from './records.js';
+
+// The Redis lookaside cache (SPEC §3, docs/cache.md). It may make the proxy
+// faster, never change a decision: every failure is a miss (lookup) or a
+// dropped write, counted, and a breaker stops asking a Redis that keeps
+// failing. Nothing here throws into the request lifecycle.
+
+export interface RedisCacheOptions {
+  readonly url: string;
+  /** Key prefix; must not contain `{` or `}` (the tenant is the hash tag). Default: defaultCachePrefix(). */
+  readonly prefix?: string;
+  /** Client-side bound on every Redis command. */
+  readonly commandTimeoutMs?: number;
+  readonly connectTimeoutMs?: number;
+  /** Cap on a completed record's TTL (it is also never longer than the row's retention). */
+  readonly maxTtlMs?: number;
+  /** Cap on an in-flight marker's TTL (it is also never longer than the lease). */
+  readonly maxInFlightTtlMs?: number;
+  /** Bodies larger than this are not cached (replays of them come from PostgreSQL). */
+  readonly maxBodyBytes?: number;
+  readonly breakerThreshold?: number;
+  readonly breakerCoolDownMs?: number;
+  /** ioredis enableAutoPipelining: batches commands issued in one tick. */
+  readonly autoPipelining?: boolean;
+}
+
+export type RedisCacheTuning = Omit<RedisCacheOptions, 'url'>;
+
+export interface RedisCacheDeps {
+  readonly metrics: Metrics;
+  readonly logger?: Logger;
+  /** Wall clock (epoch ms) used for the validity stamps in values. */
+  readonly now?: () => number;
+}
+
+export const CACHE_DEFAULTS = Object.freeze({
+  prefix: 'idem:',
+  commandTimeoutMs: 50,
+  connectTimeoutMs: 1000,
+  maxTtlMs: 3_600_000,
+  maxInFlightTtlMs: 5000,
+  maxBodyBytes: 512 * 1024,
+  breakerThreshold: 5,
+  breakerCoolDownMs: 1000,
+  autoPipelining: false,
+});
+
+/**
+ * Taken off a completed record's remaining retention: the commit's answer
+ * and the SET travel a little after the database computed it.
+ */
+const TTL_SAFETY_MS = 100;
+/** Below this a record is not worth a SET. */
+const MIN_TTL_MS = 50;
+/** Retries of a failed DEL after a release, so a stale marker does not block the retry. */
+const FORGET_RETRIES_MS = [50, 250, 1000];
+
+export class RedisCache implements ReplayCache {
+  readonly client: Redis;
+  readonly breaker: CircuitBreaker;
+  readonly prefix: string;
+  private readonly maxTtlMs: number;
+  private readonly maxInFlightTtlMs: number;
+  private readonly maxBodyBytes: number;
+  private readonly now: () => number;
+  private readonly logger: Logger | undefined;
+  private readonly hit: Counter.Internal;
+  private readonly miss: Counter.Internal;
+  private readonly error: Counter.Internal;
+  private readonly skipped: Counter.Internal;
+  /** After a failed marker DEL: in-flight markers are misses until then. */
+  private markersDistrustedUntil = 0;
+  private readonly timers = new Set<NodeJS.Timeout>();
+  private errorLogged = false;
+  private closed = false;
+  private readonly ok: () => void;
+  private readonly failed: (err: unknown) => void;
+
+  constructor(opts: RedisCacheOptions, deps: RedisCacheDeps) {
+    const o = { ...CACHE_DEFAULTS, ...stripUndefined(opts) };
+    if (/[{}]/.test(o.prefix)) throw new Error(`cache prefix ${JSON.stringify(o.prefix)} must not contain "{" or "}"`);
+    for (const [name, v] of [['commandTimeoutMs', o.commandTimeoutMs], ['maxTtlMs', o.maxTtlMs], ['maxInFlightTtlMs', o.maxInFlightTtlMs]] as const) {
+      if (!(v > 0)) throw new RangeError(`cache ${name} must be > 0`);
+    }
+    this.prefix = o.prefix;
+    this.maxTtlMs = o.maxTtlMs;
+    this.maxInFlightTtlMs = o.maxInFlightTtlMs;
+    this.maxBodyBytes = o.maxBodyBytes;
+    this.now = deps.now ?? Date.now;
+    this.logger = deps.logger;
+    const { metrics } = deps;
+    this.hit = metrics.cache.labels('hit');
+    this.miss = metrics.cache.labels('miss');
+    this.error = metrics.cache.labels('error');
+    this.skipped = metrics.cache.labels('skipped');
+    metrics.cacheBreakerOpen.set(0);
+    const where = maskUrl(opts.url);
+    this.breaker = new CircuitBreaker({
+      threshold: o.breakerThreshold,
+      coolDownMs: o.breakerCoolDownMs,
+      onChange: (open) => {
+        metrics.cacheBreakerOpen.set(open ? 1 : 0);
+        if (open) this.logger?.warn({ redis: where }, 'redis cache breaker open: serving from PostgreSQL only until Redis answers again');
+        else this.logger?.info({ redis: where }, 'redis cache breaker closed: cache in use again');
+      },
+    });
+    this.ok = () => this.breaker.success();
+    this.failed = (err) => {
+      this.error.inc();
+      this.breaker.failure();
+      if (!this.errorLogged && !this.closed) {
+        this.errorLogged = true;
+        this.logger?.warn({ redis: where, err: (err as Error)?.message }, 'redis cache command failed (further failures are counted, not logged, until it is back)');
+      }
+    };
+    this.client = new Redis(opts.url, {
+      commandTimeout: o.commandTimeoutMs,
+      connectTimeout: o.connectTimeoutMs,
+      // Never queue while disconnected and never retry a command: a cache
+      // answer that comes late is worth nothing.
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      autoResendUnfulfilledCommands: false,
+      enableAutoPipelining: o.autoPipelining,
+      // Reconnect for ever, quickly: recovery is automatic.
+      retryStrategy: (times) => Math.min(100 * times, 1000),
+      connectionName: 'idempotency-proxy',
+    });
+    // Without a listener ioredis' 'error' events would crash the process.
+    this.client.on('error', (err: Error) => {
+      if (!this.errorLogged && !this.closed) {
+        this.errorLogged = true;
+        this.logger?.warn({ redis: where, err: err.message }, 'redis cache unreachable (retrying in the background)');
+      }
+    });
+    this.client.on('ready', () => {
+      if (this.errorLogged) this.logger?.info({ redis: where }, 'redis cache reachable again');
+      this.errorLogged = false;
+      this.breaker.probeNow();
+    });
+  }
+
+  /**
+   * True once connected; false at the first connection error or after
+   * timeoutMs (either way the client keeps reconnecting in the background).
+   */
+  ready(timeoutMs: number): Promise<boolean> {
+    if (this.client.status === 'ready') return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const done = (v: boolean): void => {
+        clearTimeout(t);
+        this.client.off('ready', onReady).off('error', onError);
+        resolve(v);
+      };
+      const onReady = (): void => done(true);
+      const onError = (): void => done(false);
+      const t = setTimeout(() => done(false), timeoutMs);
+      this.client.on('ready', onReady).on('error', onError);
+    });
+  }
+
+  key(tenantId: string, key: string): string {
+    return cacheKey(this.prefix, tenantId, key);
+  }
+
+  async lookup(tenantId: string, key: string): Promise<CacheHit | null> {
+    if (!this.breaker.allow()) {
+      this.skipped.inc();
+      return null;
+    }
+    const k = cacheKey(this.prefix, tenantId, key);
+    let value: Buffer | null;
+    try {
+      value = await this.client.getBuffer(k);
+    } catch (err) {
+      this.failed(err);
+      return null;
+    }
+    this.breaker.success();
+    if (value === null) {
+      this.miss.inc();
+      return null;
+    }
+    const now = this.now();
+    const hit = decode(value, now);
+    if (hit === null || (hit.kind === 'in_flight' && now < this.markersDistrustedUntil)) {
+      this.miss.inc();
+      return null;
+    }
+    this.hit.inc();
+    return hit;
+  }
+
+  rememberComplete(tenantId: string, key: string, fingerprint: Buffer, response: StoredResponse, ttlMs: number): void {
+    const k = cacheKey(this.prefix, tenantId, key);
+    const ttl = Math.floor(Math.min(ttlMs - TTL_SAFETY_MS, this.maxTtlMs));
+    let value: Buffer | null = null;
+    if (ttl >= MIN_TTL_MS && response.body.length <= this.maxBodyBytes) {
+      try {
+        value = encodeComplete(fingerprint, response, this.now() + ttl);
+      } catch {
+        value = null; // a header too long for the format: served from PostgreSQL
+      }
+    }
+    // Not cached (too big, too short-lived, breaker open): at least the
+    // in-flight marker must go, or it would answer 409 for a completed key.
+    if (value === null || !this.breaker.allow()) {
+      this.del(k, 0);
+      return;
+    }
+    // A plain SET: a completed record always replaces an in-flight marker.
+    this.client.set(k, value, 'PX', ttl).then(this.ok, (err: unknown) => {
+      this.failed(err);
+      this.del(k, 0);
+    });
+  }
+
+  rememberInFlight(tenantId: string, key: string, fingerprint: Buffer, ttlMs: number, leaseMs?: number): void {
+    const lease = leaseMs ?? ttlMs;
+    const ttl = Math.floor(Math.min(ttlMs, lease, this.maxInFlightTtlMs));
+    if (!(ttl >= 1)) return;
+    if (!this.breaker.allow()) {
+      this.skipped.inc();
+      return;
+    }
+    const now = this.now();
+    // NX: a marker never replaces a completed record (or a marker already there).
+    this.send(this.client.set(cacheKey(this.prefix, tenantId, key), encodeInFlight(fingerprint, now + ttl, now + lease), 'PX', ttl, 'NX'));
+  }
+
+  forget(tenantId: string, key: string): void {
+    this.del(cacheKey(this.prefix, tenantId, key), 0);
+  }
+
+  /**
+   * For operators (keys purge): deletes the cached entry and waits for the
+   * answer (call ready() first: nothing is queued while connecting). True when Redis confirmed the deletion, false if it could not
+   * be reached (the entry then lives until its TTL, at most maxTtlMs).
+   */
+  async purge(tenantId: string, key: string): Promise<boolean> {
+    try {
+      await this.client.del(cacheKey(this.prefix, tenantId, key));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const t of this.timers) clearTimeout(t);
+    this.timers.clear();
+    try {
+      await Promise.race([this.client.quit(), new Promise((r) => setTimeout(r, 500).unref())]);
+    } catch {
+      /* already gone */
+    }
+    this.client.disconnect();
+  }
+
+  private send(p: Promise<unknown>): void {
+    p.then(this.ok, this.failed);
+  }
+
+  /**
+   * DEL of a marker that must go (after a release, or a completed record
+   * that was not cached). A marker left behind would answer a retry with 409
+   * until it expires, so a failed DEL is retried a few times, and until the
+   * markers it may have missed have expired this instance trusts no
+   * in-flight marker (its duplicates go to PostgreSQL). Other instances may
+   * see a leftover marker for at most maxInFlightTtlMs.
+   */
+  private del(k: string, attempt: number): void {
+    if (this.closed) return;
+    if (!this.breaker.allow()) {
+      this.skipped.inc();
+      this.distrustMarkers();
+      return;
+    }
+    this.client.del(k).then(this.ok, (err: unknown) => {
+      this.failed(err);
+      this.distrustMarkers();
+      const delay = FORGET_RETRIES_MS[attempt];
+      if (delay === undefined || this.closed) return;
+      const t = setTimeout(() => {
+        this.timers.delete(t);
+        this.del(k, attempt + 1);
+      }, delay);
+      t.unref();
+      this.timers.add(t);
+    });
+  }
+
+  private distrustMarkers(): void {
+    this.markersDistrustedUntil = this.now() + this.maxInFlightTtlMs;
+  }
+}
+
+/**
+ * The default key prefix: `idem:` and a short id of the PostgreSQL database
+ * (host, port, database name; never the credentials), so two deployments
+ * that share one Redis never share cache entries, while every instance of
+ * one deployment does.
+ */
+export function defaultCachePrefix(store: Pick<StoreConfig, 'postgres' | 'dataDir'>): string {
+  let identity: string;
+  if (store.postgres === null) identity = `embedded:${path.resolve(store.dataDir)}`;
+  else {
+    try {
+      const u = new URL(store.postgres);
+      identity = `${u.hostname}:${u.port || '5432'}${u.pathname}`;
+    } catch {
+      identity = 'postgres';
+    }
+  }
+  return `idem:${createHash('sha256').update(identity).digest('hex').slice(0, 8)}:`;
+}
+
+export function createRedisCache(opts: RedisCacheOptions, deps: RedisCacheDeps): RedisCache {
+  return new RedisCache(opts, deps);
+}
+
+function stripUndefined<T extends object>(o: T): Partial<T> {
+  const out: Partial<T> = {};
+  for (const [k, v] of Object.entries(o)) if (v !== undefined) (out as Record<string, unknown>)[k] = v;
+  return out;
+}

@@ -1,0 +1,38 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { classify, TimeoutSignal } from '../../src/proxy/upstream.js';
+import { upstreamRequestHeaders } from '../../src/proxy/headers.js';
+
+// The rules behind the key's fate (STYLE habit 6), as pure functions: when a
+// failure happened decides release (not sent) or store (outcome unknown).
+
+test('failures before a byte was sent classify as not_sent (the key is released)', () => {
+  for (const code of ['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'ENOTFOUND', 'UND_ERR_INVALID_ARG', 'UND_ERR_NOT_SUPPORTED']) {
+    assert.equal(classify(Object.assign(new Error(code), { code }), undefined).kind, 'not_sent', code);
+  }
+});
+
+test('failures after sending classify as timeout or reset (outcome unknown)', () => {
+  assert.equal(classify(Object.assign(new Error('x'), { code: 'UND_ERR_HEADERS_TIMEOUT' }), undefined).kind, 'timeout');
+  assert.equal(classify(Object.assign(new Error('x'), { code: 'UND_ERR_SOCKET' }), undefined).kind, 'reset');
+  assert.equal(classify(Object.assign(new Error('x'), { code: 'ECONNRESET' }), undefined).kind, 'reset');
+  const ac = new AbortController();
+  ac.abort(new TimeoutSignal(500));
+  assert.equal(classify(new Error('aborted'), ac.signal).kind, 'timeout');
+});
+
+test('request headers: hop-by-hop, Connection-named and Expect dropped; the rest kept in order', () => {
+  const raw = [
+    'Host', 'a.example', 'Connection', 'keep-alive, X-Named', 'X-Named', '1', 'Keep-Alive', 'timeout=5', 'TE', 'trailers',
+    'Upgrade', 'h2c', 'Proxy-Authorization', 'Basic x', 'Expect', '100-continue', 'Idempotency-Key', 'k1',
+    'X-A', '1', 'X-A', '2', 'Content-Length', '3',
+  ];
+  const headers = { connection: 'keep-alive, X-Named', host: 'a.example' };
+  const out = upstreamRequestHeaders(raw, headers, { clientIp: '10.0.0.1', proto: 'http', host: 'a.example' }, true);
+  const pairs: string[][] = [];
+  for (let i = 0; i < out.length; i += 2) pairs.push([out[i]!, out[i + 1]!]);
+  assert.deepEqual(pairs, [
+    ['Host', 'a.example'], ['Idempotency-Key', 'k1'], ['X-A', '1'], ['X-A', '2'],
+    ['x-forwarded-for', '10.0.0.1'], ['x-forwarded-proto', 'http'], ['x-forwarded-host', 'a.example'],
+  ]);
+});
