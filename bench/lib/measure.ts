@@ -1,0 +1,53 @@
+// The repetitions: every step of the plan, in order, --reps times; each step
+// one load-generator process against one long-lived server.
+import type { ServerHandle } from './children.js';
+import { REQUEST_BODY, type BenchContext } from './context.js';
+import type { Plan } from './plan.js';
+import type { ServerId } from './scenarios.js';
+import type { RunRecord } from './summary.js';
+
+export async function runRepetitions(
+  ctx: BenchContext,
+  plan: Plan,
+  servers: ReadonlyMap<ServerId, ServerHandle>,
+  statsUrl: string,
+): Promise<RunRecord[]> {
+  const runs: RunRecord[] = [];
+  for (let rep = 1; rep <= ctx.opts.reps; rep += 1) {
+    for (const { scenario: s, seq } of plan.steps) {
+      if (ctx.interrupted()) return runs;
+      const server = servers.get(s.server);
+      if (server === undefined) continue; // unavailable; reported once by the caller
+      const base = { scenario: s.id, rep, seq, connections: s.connections };
+      if (!server.alive()) {
+        runs.push({ ...base, result: null, error: `${server.name} is no longer running` });
+        continue;
+      }
+      const keyPrefix = s.keys.kind === 'fixed' ? `${ctx.runId}-${s.id}` : `${ctx.runId}-${s.id}-r${rep}-s${seq}`;
+      try {
+        const result = await ctx.load.cannon({
+          mode: 'cannon',
+          origin: server.url,
+          path: s.path,
+          connections: s.connections,
+          durationS: ctx.opts.durationS,
+          warmupS: ctx.opts.warmupS,
+          keys: s.keys,
+          keyPrefix,
+          body: REQUEST_BODY,
+          statsUrl,
+        });
+        runs.push({ ...base, result, error: null });
+        const other = result.non2xx + result.errors > 0 ? `, non-2xx ${result.non2xx}, errors ${result.errors}` : '';
+        ctx.log(
+          `rep ${rep}/${ctx.opts.reps} ${s.id}: ${result.rps} req/s, p50 ${result.latencyMs.p50} ms, p99 ${result.latencyMs.p99} ms${other}`,
+        );
+      } catch (err) {
+        const error = err instanceof Error ? err.message : String(err);
+        runs.push({ ...base, result: null, error });
+        ctx.log(`rep ${rep}/${ctx.opts.reps} ${s.id}: failed: ${error}`);
+      }
+    }
+  }
+  return runs;
+}

@@ -1,0 +1,80 @@
+// The harness's options: `--only a,b` on the command line, the rest from the
+// environment (BENCH_*). Validated once; everything else trusts them.
+import { ALIASES, allNames } from './scenarios.js';
+
+export interface RunOptions {
+  readonly only: ReadonlySet<string> | null; // null: everything
+  readonly durationS: number;
+  readonly warmupS: number;
+  readonly reps: number;
+  readonly big: boolean; // claim latency at 10^7 rows instead of 10^6
+  readonly noPin: boolean;
+  readonly adminUrl: string; // PostgreSQL server, maintenance database
+  readonly redisUrl: string;
+  readonly dbName: string;
+  readonly keepDb: boolean;
+  readonly table: string | null;
+  readonly rssSockets: number;
+  readonly listOnly: boolean;
+}
+
+const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]']);
+
+function int(env: NodeJS.ProcessEnv, name: string, dflt: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return dflt;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n < min || n > max) throw new Error(`${name}=${raw}: expected a number from ${min} to ${max}`);
+  return n;
+}
+
+function loopback(name: string, url: string): string {
+  const host = new URL(url).hostname;
+  if (!LOOPBACK.has(host)) throw new Error(`${name}: the benchmark only talks to 127.0.0.1, not ${host}`);
+  return url;
+}
+
+function parseOnly(argv: readonly string[]): Set<string> | null {
+  const at = argv.findIndex((a) => a === '--only' || a.startsWith('--only='));
+  if (at < 0) return null;
+  const arg = argv[at]!;
+  const raw = arg.startsWith('--only=') ? arg.slice('--only='.length) : argv[at + 1];
+  if (raw === undefined || raw === '') throw new Error('--only needs a comma-separated list of scenarios');
+  const known = new Set(allNames());
+  const out = new Set<string>();
+  for (const name of raw.split(',').map((s) => s.trim()).filter(Boolean)) {
+    const expanded = ALIASES[name] ?? [name];
+    for (const n of expanded) {
+      if (!known.has(n)) throw new Error(`--only: unknown scenario "${n}"; known: ${[...known, ...Object.keys(ALIASES)].join(', ')}`);
+      out.add(n);
+    }
+  }
+  return out;
+}
+
+export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv): RunOptions {
+  for (const a of argv) {
+    if (a.startsWith('--') && !a.startsWith('--only') && a !== '--list') throw new Error(`unknown option ${a} (use --only a,b or --list)`);
+  }
+  const dbName = env['BENCH_DB'] ?? 'idem_bench';
+  if (!/^[a-z_][a-z0-9_]{0,40}$/.test(dbName)) throw new Error(`BENCH_DB=${dbName}: lower-case letters, digits and _ only`);
+  return {
+    only: parseOnly(argv),
+    durationS: int(env, 'BENCH_DURATION', 8, 1, 120),
+    warmupS: int(env, 'BENCH_WARMUP', 1, 0, 30),
+    reps: Math.round(int(env, 'BENCH_REPS', 3, 1, 20)),
+    big: env['BENCH_BIG'] === '1',
+    noPin: env['BENCH_NO_PIN'] === '1',
+    adminUrl: loopback('BENCH_PG_URL', env['BENCH_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/postgres'),
+    redisUrl: loopback('BENCH_REDIS_URL', env['BENCH_REDIS_URL'] ?? 'redis://127.0.0.1:6379'),
+    dbName,
+    keepDb: env['BENCH_KEEP_DB'] === '1',
+    table: env['BENCH_TABLE'] ?? null,
+    rssSockets: Math.round(int(env, 'BENCH_RSS_SOCKETS', 1000, 1, 5000)),
+    listOnly: argv.includes('--list'),
+  };
+}
+
+export function wants(opts: RunOptions, name: string): boolean {
+  return opts.only === null || opts.only.has(name);
+}

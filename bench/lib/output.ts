@@ -1,0 +1,63 @@
+// What a run leaves behind: the markdown header above the table, and the raw
+// JSON file in bench/results/.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { availableParallelism, loadavg } from 'node:os';
+import { join } from 'node:path';
+import type { BenchContext } from './context.js';
+
+export interface RunFacts {
+  readonly started: Date;
+  readonly command: string;
+  readonly loadAtStart: number;
+  readonly settings: Readonly<Record<string, string>> | null;
+  readonly commitProbe: { readonly p50: number; readonly p99: number; readonly n: number } | null;
+}
+
+export function commandLine(argv: readonly string[]): string {
+  const env = Object.entries(process.env)
+    .filter(([k]) => k.startsWith('BENCH_'))
+    .map(([k, v]) => `${k}=${v ?? ''} `)
+    .join('');
+  return `${env}npm run bench${argv.length > 0 ? ` -- ${argv.join(' ')}` : ''}`;
+}
+
+export function headerText(ctx: BenchContext, facts: RunFacts): string {
+  const { opts, pin } = ctx;
+  const { settings, commitProbe } = facts;
+  const pinText = pin.enabled ? 'servers on CPU 0, load on CPU 1 (taskset)' : `no CPU pinning (${pin.reason})`;
+  const durability =
+    settings === null ? '' : `; PostgreSQL ${settings['server_version'] ?? '?'} fsync=${settings['fsync'] ?? '?'} synchronous_commit=${settings['synchronous_commit'] ?? '?'}`;
+  const lines = [
+    `## idempotency-proxy benchmark — ${facts.started.toISOString().slice(0, 16).replace('T', ' ')} UTC`,
+    '',
+    `\`${facts.command}\` — ${opts.reps} repetitions × ${opts.durationS} s (+${opts.warmupS} s warm-up), medians; ratios to the mean of the baseline runs just before and after each run; autocannon; ${pinText}; Node ${process.version}${durability}`,
+    '',
+    `Machine load average (1 min) at start / end: ${facts.loadAtStart.toFixed(2)} / ${loadavg()[0]!.toFixed(2)} on ${availableParallelism()} CPUs — above ~2, other work shares the CPUs and absolute figures mean little.`,
+  ];
+  if (commitProbe !== null) {
+    lines.push('', `PostgreSQL durable single-row INSERT at 1 client, measured at the start: p50 ${commitProbe.p50} ms, p99 ${commitProbe.p99} ms (${commitProbe.n} commits).`);
+  }
+  return lines.join('\n');
+}
+
+/** Writes bench/results/<timestamp>.json and returns its path. */
+export function writeResults(ctx: BenchContext, facts: RunFacts, body: Record<string, unknown>): string {
+  const dir = join(ctx.projectRoot, 'bench', 'results');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `${facts.started.toISOString().replace(/[:.]/g, '-')}.json`);
+  const { opts } = ctx;
+  const raw = {
+    startedAt: facts.started.toISOString(),
+    finishedAt: new Date().toISOString(),
+    command: facts.command,
+    options: { ...opts, only: opts.only === null ? null : [...opts.only] },
+    node: process.version,
+    loadAverage: { start: facts.loadAtStart, end: loadavg()[0] },
+    pinning: { enabled: ctx.pin.enabled, reason: ctx.pin.reason },
+    postgres: facts.settings,
+    commitProbe: facts.commitProbe,
+    ...body,
+  };
+  writeFileSync(file, `${JSON.stringify(raw, null, 2)}\n`);
+  return file;
+}

@@ -1,0 +1,42 @@
+// Which scenarios one invocation runs (from --only), in which order, and which
+// servers that needs. One repetition alternates baseline and product at each
+// connection count — B, P1, B, P2, …, Pn, B — so every product run sits
+// between two baseline runs and is compared with their mean (BENCH.md:
+// "baseline, product, baseline, product…").
+import { wants, type RunOptions } from './options.js';
+import { BASELINE, BASELINE_1C, SCENARIOS, type Scenario, type ServerId } from './scenarios.js';
+
+export interface Step {
+  readonly scenario: Scenario;
+  readonly seq: number; // position in the repetition; neighbours of a product step are baselines
+}
+
+export interface Plan {
+  readonly steps: readonly Step[]; // one repetition
+  readonly scenarios: readonly Scenario[]; // for the summary, in table order
+  readonly servers: ReadonlySet<ServerId>;
+  readonly rss: boolean;
+  readonly claim: boolean;
+}
+
+function interleave(baseline: Scenario, products: readonly Scenario[], withBaseline: boolean): Scenario[] {
+  if (products.length === 0) return withBaseline ? [baseline] : [];
+  return [baseline, ...products.flatMap((p) => [p, baseline])];
+}
+
+export function makePlan(opts: RunOptions): Plan {
+  const chosen = SCENARIOS.filter((s) => wants(opts, s.id));
+  const many = chosen.filter((s) => s.connections > 1);
+  const one = chosen.filter((s) => s.connections === 1);
+  const base50 = wants(opts, BASELINE.id) || many.length > 0;
+  const base1 = wants(opts, BASELINE_1C.id) || one.length > 0;
+  const order = [...interleave(BASELINE, many, base50), ...interleave(BASELINE_1C, one, base1)];
+  const steps = order.map((scenario, seq) => ({ scenario, seq }));
+
+  const rss = wants(opts, 'rss');
+  const claim = wants(opts, 'claim');
+  const servers = new Set<ServerId>(steps.map((s) => s.scenario.server));
+  servers.add('upstream');
+  const scenarios = [...(base50 ? [BASELINE] : []), ...many, ...(base1 ? [BASELINE_1C] : []), ...one];
+  return { steps, scenarios, servers, rss, claim };
+}

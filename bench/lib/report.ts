@@ -1,0 +1,83 @@
+// The one table printed at the end (markdown), from the summarized results.
+import type { ClaimResult } from './claim.js';
+import { CLAIM_RATIO_LIMIT } from './claim.js';
+import type { MemoryFigures } from './proc.js';
+import { RSS_LIMIT_MIB, rssValid, type RssMeasure } from './rss.js';
+import { goalText } from './scenarios.js';
+import type { SummaryRow } from './summary.js';
+
+export interface ReportInput {
+  readonly header: string;
+  readonly rows: readonly SummaryRow[];
+  readonly skipped: readonly string[];
+  readonly memory: Readonly<Record<string, MemoryFigures | null>>;
+  readonly rss: readonly RssMeasure[];
+  readonly claim: ClaimResult | null;
+}
+
+const num = (x: number | null, digits = 0): string => (x === null ? '—' : x.toLocaleString('en', { maximumFractionDigits: digits, minimumFractionDigits: digits }));
+const ms = (x: number | null): string => (x === null ? '—' : x < 10 ? x.toFixed(3) : x.toFixed(1));
+const verdict = (met: boolean | null): string => (met === null ? '' : met ? 'met' : '**missed**');
+
+function statusShare(status: Readonly<Record<string, number>>): string {
+  const total = Object.values(status).reduce((a, b) => a + b, 0);
+  if (total === 0) return '';
+  const parts = Object.entries(status).sort(([a], [b]) => a.localeCompare(b));
+  if (parts.length === 1) return parts[0]![0];
+  return parts.map(([code, n]) => `${code} ${((100 * n) / total).toFixed(n / total < 0.01 ? 2 : 0)}%`).join(', ');
+}
+
+function scenarioTable(rows: readonly SummaryRow[]): string[] {
+  const out = [
+    '| scenario | conns | req/s (median) | × baseline | p50 ms | p99 ms | statuses | errors | upstream calls / response | target | |',
+    '|---|---:|---:|---:|---:|---:|---|---:|---:|---|---|',
+  ];
+  for (const r of rows) {
+    const ratio = r.ratio === null ? '—' : `${r.ratio.toFixed(2)}×`;
+    const title = r.error !== null && r.runs === 0 ? `${r.title} — failed: ${r.error.split('\n')[0]!.slice(0, 120)}` : r.title;
+    out.push(
+      `| ${title} | ${r.connections} | ${num(r.rps)} | ${ratio} | ${ms(r.p50)} | ${ms(r.p99)} | ${statusShare(r.status)} | ${r.errors} | ${num(r.upstreamPerResponse, 3)} | ${goalText(r.goal)} | ${verdict(r.met)} |`,
+    );
+  }
+  return out;
+}
+
+function rssTable(rss: readonly RssMeasure[]): string[] {
+  if (rss.length === 0) return [];
+  const out = ['', `Memory with ${rss[0]!.sockets.toLocaleString('en')} open keep-alive connections (two rounds of requests on them):`, '', '| process | RSS idle MiB | peak RSS (VmHWM) MiB | RSS with sockets open MiB | sockets opened / still idle-open | statuses | target | |', '|---|---:|---:|---:|---|---|---|---|'];
+  for (const m of rss) {
+    if (m.error !== null) {
+      out.push(`| ${m.server} — failed: ${m.error.split('\n')[0]!.slice(0, 120)} | | | | | | | |`);
+      continue;
+    }
+    const statuses = m.report?.rounds.map((r) => `${statusShare(r.status)}${r.errors > 0 ? ` (${r.errors} errors)` : ''}`).join(' / ') ?? '';
+    const isProxy = m.isProxy;
+    const met = isProxy && m.open !== null ? m.open.hwmMiB <= RSS_LIMIT_MIB : null;
+    const judged = rssValid(m) ? verdict(met) : 'invalid: not all 2xx';
+    out.push(
+      `| ${m.server} | ${num(m.idle?.rssMiB ?? null, 1)} | ${num(m.open?.hwmMiB ?? null, 1)} | ${num(m.open?.rssMiB ?? null, 1)} | ${m.report?.socketsOpened ?? '—'} / ${m.report?.socketsIdleNow ?? '—'} | ${statuses} | ${isProxy ? `≤ ${RSS_LIMIT_MIB} MiB` : ''} | ${judged} |`,
+    );
+  }
+  return out;
+}
+
+function claimTable(claim: ClaimResult | null): string[] {
+  if (claim === null) return [];
+  const out = ['', 'Claim latency against table size (new key per request, 1 connection):', '', '| rows in table | seeding s | p50 ms | p99 ms | req/s | failed |', '|---:|---:|---:|---:|---:|---|'];
+  for (const s of claim.sizes) {
+    out.push(`| ${s.rows.toLocaleString('en')} | ${s.seedMs === null ? '—' : (s.seedMs / 1000).toFixed(1)} | ${ms(s.p50)} | ${ms(s.p99)} | ${num(s.rps)} | ${s.error?.split('\n')[0]?.slice(0, 120) ?? ''} |`);
+  }
+  const scope = claim.isFullTarget ? '' : ' (10^6 stands in for 10^7; BENCH_BIG=1 runs the real target)';
+  out.push('', `p50 ratio big/small: ${claim.p50Ratio === null ? '—' : `${claim.p50Ratio}×`} — target ≤ ${CLAIM_RATIO_LIMIT}×${scope}: ${verdict(claim.met) || '—'}`);
+  return out;
+}
+
+export function renderReport(input: ReportInput): string {
+  const lines = [input.header];
+  if (input.rows.length > 0) lines.push('', ...scenarioTable(input.rows));
+  if (input.skipped.length > 0) lines.push('', ...input.skipped.map((s) => `- not run: ${s}`));
+  lines.push(...rssTable(input.rss), ...claimTable(input.claim));
+  const mem = Object.entries(input.memory).filter(([, m]) => m !== null);
+  if (mem.length > 0 && input.rows.length > 0) lines.push('', `Peak RSS during the load runs: ${mem.map(([name, m]) => `${name} ${num(m!.hwmMiB, 1)} MiB`).join(', ')}`);
+  return `${lines.join('\n')}\n`;
+}

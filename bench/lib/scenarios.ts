@@ -1,0 +1,100 @@
+// The benchmark's scenarios (issue 4), in the order one repetition runs them,
+// and the targets from BENCH.md they are judged against.
+import type { KeyPlan } from './types.js';
+
+export type ServerId = 'upstream' | 'baseline' | 'proxy-pg' | 'proxy-redis' | 'proxy-embedded';
+
+export type Goal =
+  | { readonly kind: 'ratio-min'; readonly value: number } // req/s ≥ value × baseline (same run)
+  | { readonly kind: 'p50-max'; readonly ms: number };
+
+export interface Scenario {
+  readonly id: string;
+  readonly title: string;
+  readonly server: ServerId;
+  readonly path: string;
+  readonly connections: number;
+  readonly keys: KeyPlan;
+  readonly goal: Goal | null;
+}
+
+export const REPLAY_KEYS = 1000;
+export const STORM_DUPES = 50;
+const unique: KeyPlan = { kind: 'unique' };
+
+/** The 50-connection baseline: runs at the start and at the end of every repetition. */
+export const BASELINE: Scenario = {
+  id: 'baseline',
+  title: 'baseline pass-through (node:http + undici)',
+  server: 'baseline',
+  path: '/bench/newkey',
+  connections: 50,
+  keys: unique,
+  goal: null,
+};
+
+export const BASELINE_1C: Scenario = { ...BASELINE, id: 'baseline-1c', connections: 1 };
+
+/** Product scenarios, in run order; every one is compared with the baseline at its connection count. */
+export const SCENARIOS: readonly Scenario[] = [
+  { id: 'direct', title: 'direct upstream (the limit)', server: 'upstream', path: '/bench/newkey', connections: 50, keys: unique, goal: null },
+  { id: 'pass', title: 'proxy, pass-through route', server: 'proxy-pg', path: '/pass/x', connections: 50, keys: unique, goal: { kind: 'ratio-min', value: 0.95 } },
+  { id: 'newkey', title: 'proxy, new key per request (PostgreSQL)', server: 'proxy-pg', path: '/bench/newkey', connections: 50, keys: unique, goal: { kind: 'ratio-min', value: 0.38 } },
+  {
+    id: 'replay-pg',
+    title: 'proxy, replay from PostgreSQL (no Redis)',
+    server: 'proxy-pg',
+    path: '/bench/replay',
+    connections: 50,
+    keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
+    goal: { kind: 'ratio-min', value: 0.5 },
+  },
+  {
+    id: 'replay-redis',
+    title: 'proxy, replay from Redis',
+    server: 'proxy-redis',
+    path: '/bench/replay',
+    connections: 50,
+    keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 2 },
+    goal: { kind: 'ratio-min', value: 1.3 },
+  },
+  {
+    id: 'storm',
+    title: `proxy, ${STORM_DUPES} duplicates per key at once (Redis on)`,
+    server: 'proxy-redis',
+    path: '/bench/storm',
+    connections: 50,
+    keys: { kind: 'storm', dupes: STORM_DUPES },
+    goal: null,
+  },
+  { id: 'embedded', title: 'proxy, embedded store (PGlite)', server: 'proxy-embedded', path: '/bench/newkey', connections: 50, keys: unique, goal: null },
+  { id: 'direct-1c', title: 'direct upstream', server: 'upstream', path: '/bench/newkey', connections: 1, keys: unique, goal: null },
+  { id: 'newkey-1c', title: 'proxy, new key (PostgreSQL)', server: 'proxy-pg', path: '/bench/newkey', connections: 1, keys: unique, goal: { kind: 'p50-max', ms: 2.2 } },
+  {
+    id: 'replay-redis-1c',
+    title: 'proxy, replay from Redis',
+    server: 'proxy-redis',
+    path: '/bench/replay',
+    connections: 1,
+    keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 2 },
+    goal: { kind: 'p50-max', ms: 0.3 },
+  },
+];
+
+/** Sections that are not load runs. */
+export const EXTRAS = ['rss', 'claim'] as const;
+export type Extra = (typeof EXTRAS)[number];
+
+export const ALIASES: Readonly<Record<string, readonly string[]>> = {
+  latency: ['baseline-1c', 'direct-1c', 'newkey-1c', 'replay-redis-1c'],
+  throughput: ['baseline', 'direct', 'pass', 'newkey', 'replay-pg', 'replay-redis', 'storm', 'embedded'],
+};
+
+export function allNames(): string[] {
+  return [BASELINE.id, BASELINE_1C.id, ...SCENARIOS.map((s) => s.id), ...EXTRAS];
+}
+
+export function goalText(goal: Goal | null): string {
+  if (goal === null) return '';
+  return goal.kind === 'ratio-min' ? `≥ ${goal.value}×` : `p50 ≤ ${goal.ms} ms`;
+}

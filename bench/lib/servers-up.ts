@@ -1,0 +1,69 @@
+// Brings up the long-lived servers a plan needs. A server that does not start
+// (the proxy while it is being written, say) is reported, and the scenarios
+// that need it are skipped; the others still run.
+import type { ServerHandle } from './children.js';
+import type { BenchContext } from './context.js';
+import { commitLatency, recreateDatabase } from './pg.js';
+import type { Plan } from './plan.js';
+import type { ServerId } from './scenarios.js';
+import { startBaseline, startProxy, startUpstream } from './servers.js';
+
+export interface Fleet {
+  readonly servers: Map<ServerId, ServerHandle>;
+  readonly unavailable: Map<ServerId, string>;
+  readonly databaseUrl: string | null;
+  readonly commitProbe: { readonly p50: number; readonly p99: number; readonly n: number } | null;
+}
+
+const message = (err: unknown): string => (err instanceof Error ? err.message : String(err));
+
+export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
+  const servers = new Map<ServerId, ServerHandle>();
+  const unavailable = new Map<ServerId, string>();
+  const upstream = await startUpstream(ctx);
+  servers.set('upstream', upstream);
+  ctx.log(`upstream ${upstream.url} (pid ${upstream.pid})`);
+  if (plan.servers.has('baseline')) {
+    const baseline = await startBaseline(ctx, upstream.url);
+    servers.set('baseline', baseline);
+    ctx.log(`baseline ${baseline.url} (pid ${baseline.pid})`);
+  }
+
+  let databaseUrl: string | null = null;
+  let dbError: string | null = null;
+  let commitProbe: Fleet['commitProbe'] = null;
+  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-redis') || plan.rss) {
+    try {
+      databaseUrl = await recreateDatabase(ctx.opts.adminUrl, ctx.opts.dbName);
+      ctx.log(`database ${ctx.opts.dbName} created fresh`);
+    } catch (err) {
+      dbError = `cannot create database ${ctx.opts.dbName}: ${message(err)}`;
+    }
+  }
+  if (databaseUrl !== null) {
+    commitProbe = await commitLatency(databaseUrl, 200).catch(() => null);
+    if (commitProbe !== null) ctx.log(`durable single-row commit at 1 client: p50 ${commitProbe.p50} ms, p99 ${commitProbe.p99} ms`);
+  }
+  const proxies: [ServerId, string | null, string | null][] = [
+    ['proxy-pg', databaseUrl, null],
+    ['proxy-redis', databaseUrl, ctx.opts.redisUrl],
+    ['proxy-embedded', null, null],
+  ];
+  for (const [id, db, redis] of proxies) {
+    if (!plan.servers.has(id)) continue;
+    if (id !== 'proxy-embedded' && db === null) {
+      unavailable.set(id, dbError ?? 'no database');
+      continue;
+    }
+    try {
+      const started = Date.now();
+      const p = await startProxy(ctx, { name: id, upstream: upstream.url, databaseUrl: db, redisUrl: redis });
+      servers.set(id, p);
+      ctx.log(`${id} ${p.url} (pid ${p.pid}, ready in ${((Date.now() - started) / 1000).toFixed(1)} s)`);
+    } catch (err) {
+      unavailable.set(id, message(err));
+      ctx.log(`${id} did not start: ${message(err)}`);
+    }
+  }
+  return { servers, unavailable, databaseUrl, commitProbe };
+}

@@ -1,0 +1,91 @@
+// Starting the servers under test, each pinned to the server CPU: our
+// upstream, the baseline, and the proxy through its own CLI, exactly as an
+// operator starts it.
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parse } from 'yaml';
+import type { ServerHandle } from './children.js';
+import type { BenchContext } from './context.js';
+
+export const SERVER_CPU = 0;
+export const LOAD_CPU = 1;
+
+function ourReady(line: string): string | null {
+  try {
+    const msg = JSON.parse(line) as { url?: unknown; port?: unknown };
+    return typeof msg.url === 'string' && typeof msg.port === 'number' ? msg.url : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The proxy logs a pino line {"msg":"proxy listening","url":"http://127.0.0.1:N"} once it accepts requests. */
+export function proxyReady(line: string): string | null {
+  if (!line.includes('proxy listening')) return null;
+  try {
+    const msg = JSON.parse(line) as { msg?: unknown; url?: unknown };
+    return msg.msg === 'proxy listening' && typeof msg.url === 'string' ? msg.url : null;
+  } catch {
+    return null;
+  }
+}
+
+/** `upstream.connections` of bench/proxy.yaml: the baseline's pool gets the same size. */
+export function proxyPoolSize(ctx: BenchContext): number {
+  const doc = parse(readFileSync(join(ctx.projectRoot, 'bench', 'proxy.yaml'), 'utf8')) as { upstream?: { connections?: unknown } };
+  const n = doc.upstream?.connections;
+  return typeof n === 'number' && Number.isInteger(n) && n > 0 ? n : 128;
+}
+
+export function startUpstream(ctx: BenchContext, name = 'upstream'): Promise<ServerHandle> {
+  return ctx.children.start({
+    name,
+    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, join(ctx.distRoot, 'bench', 'upstream.js'), '--port', '0'],
+    logFile: join(ctx.tmp, `${name}.log`),
+    env: process.env,
+    cwd: ctx.projectRoot,
+    timeoutMs: 15_000,
+    ready: ourReady,
+  });
+}
+
+export function startBaseline(ctx: BenchContext, upstream: string, name = 'baseline'): Promise<ServerHandle> {
+  const script = join(ctx.distRoot, 'bench', 'baseline.js');
+  const args = ['--port', '0', '--upstream', upstream, '--connections', String(proxyPoolSize(ctx))];
+  return ctx.children.start({
+    name,
+    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, script, ...args],
+    logFile: join(ctx.tmp, `${name}.log`),
+    env: process.env,
+    cwd: ctx.projectRoot,
+    timeoutMs: 15_000,
+    ready: ourReady,
+  });
+}
+
+export interface ProxyOptions {
+  readonly name: string;
+  readonly upstream: string;
+  readonly databaseUrl: string | null; // null: embedded store (bench/proxy-embedded.yaml)
+  readonly redisUrl: string | null;
+}
+
+export function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHandle> {
+  const config = join(ctx.projectRoot, 'bench', p.databaseUrl === null ? 'proxy-embedded.yaml' : 'proxy.yaml');
+  const args = ['serve', '--config', config, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'];
+  if (p.databaseUrl !== null) args.push('--database-url', p.databaseUrl);
+  if (p.redisUrl !== null) args.push('--redis-url', p.redisUrl);
+  const env: NodeJS.ProcessEnv = { ...process.env, BENCH_UPSTREAM_URL: p.upstream };
+  delete env['DATABASE_URL']; // flags and the YAML decide, not the caller's shell
+  delete env['REDIS_URL'];
+  if (p.databaseUrl === null) env['BENCH_DATA_DIR'] = mkdtempSync(join(ctx.tmp, `${p.name}-data-`));
+  return ctx.children.start({
+    name: p.name,
+    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, join(ctx.distRoot, 'src', 'main.js'), ...args],
+    logFile: join(ctx.tmp, `${p.name}.log`),
+    env,
+    cwd: ctx.projectRoot,
+    timeoutMs: p.databaseUrl === null ? 120_000 : 60_000,
+    ready: proxyReady,
+  });
+}

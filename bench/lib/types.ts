@@ -1,0 +1,61 @@
+// Shapes shared by the orchestrator (run.ts) and the load generator (load.ts).
+// The orchestrator passes a spec as one JSON argument; the load generator
+// answers with one JSON line on stdout.
+
+/** How the load generator picks the Idempotency-Key of each request. */
+export type KeyPlan =
+  | { readonly kind: 'unique' } // a fresh key per request
+  | { readonly kind: 'fixed'; readonly count: number; readonly warmPasses: number } // replays of warmed keys
+  | { readonly kind: 'storm'; readonly dupes: number }; // `dupes` consecutive requests share a key
+
+export interface CannonSpec {
+  readonly mode: 'cannon';
+  readonly origin: string; // http://127.0.0.1:NNNN
+  readonly path: string;
+  readonly connections: number;
+  readonly durationS: number;
+  readonly warmupS: number;
+  readonly keys: KeyPlan;
+  readonly keyPrefix: string;
+  readonly body: string;
+  readonly statsUrl: string | null; // the upstream's counter, read before and after
+}
+
+export interface RssSpec {
+  readonly mode: 'rss';
+  readonly origin: string;
+  readonly path: string;
+  readonly sockets: number;
+  readonly keyPrefix: string;
+  readonly body: string;
+}
+
+export type LoadSpec = CannonSpec | RssSpec;
+
+export interface LatencySummary {
+  readonly p50: number; // milliseconds, microsecond resolution
+  readonly p90: number;
+  readonly p99: number;
+  readonly max: number;
+  readonly mean: number;
+}
+
+export interface CannonResult {
+  readonly rps: number; // every response counted, whatever its status
+  readonly responses: number;
+  readonly durationS: number;
+  readonly latencyMs: LatencySummary; // every response, whatever its status
+  readonly status: Readonly<Record<string, number>>;
+  readonly non2xx: number;
+  readonly errors: number;
+  readonly timeouts: number;
+  readonly upstreamCalls: number | null; // upstream requests during the measured window
+  readonly warm: { readonly status: Readonly<Record<string, number>>; readonly errors: number } | null;
+}
+
+export interface RssOpenReport {
+  readonly phase: 'open';
+  readonly socketsOpened: number;
+  readonly socketsIdleNow: number;
+  readonly rounds: readonly { readonly status: Readonly<Record<string, number>>; readonly errors: number; readonly ms: number }[];
+}

@@ -1,0 +1,105 @@
+// The load generator, one process per measurement (the harness pins it to its
+// own CPU). Takes a LoadSpec as one JSON argument, prints one JSON line.
+//
+//   node dist/bench/load.js '{"mode":"cannon","origin":"http://127.0.0.1:N",...}'
+//
+// mode "cannon": optional warm-up run, key warming for replay plans, then the
+//   measured autocannon run; reports req/s, latency, statuses, errors and how
+//   many requests reached the upstream meanwhile.
+// mode "rss": opens N keep-alive sockets (see lib/rss-load.ts) and holds them
+//   until stdin closes.
+import { Pool } from 'undici';
+import { runCannon } from './lib/cannon.js';
+import { isEntry } from './lib/cli-args.js';
+import { fixedKeys, keySequence } from './lib/keys.js';
+import { latencyRecorder } from './lib/latency.js';
+import { holdOpenConnections } from './lib/rss-load.js';
+import type { CannonResult, CannonSpec, LoadSpec } from './lib/types.js';
+
+const WARM_CONCURRENCY = 50;
+
+async function upstreamCount(statsUrl: string | null): Promise<number | null> {
+  if (statsUrl === null) return null;
+  const res = await fetch(statsUrl);
+  const body = (await res.json()) as { n: number };
+  return body.n;
+}
+
+/** Sends every key of a fixed plan `passes` times, so the measured run only replays. */
+async function warmKeys(spec: CannonSpec, keys: readonly string[], passes: number): Promise<CannonResult['warm']> {
+  const pool = new Pool(spec.origin, { connections: WARM_CONCURRENCY });
+  const status: Record<string, number> = {};
+  let errors = 0;
+  try {
+    for (let pass = 0; pass < passes; pass += 1) {
+      for (let i = 0; i < keys.length; i += WARM_CONCURRENCY) {
+        const batch = keys.slice(i, i + WARM_CONCURRENCY).map(async (key) => {
+          const res = await pool.request({
+            method: 'POST',
+            path: spec.path,
+            headers: { 'content-type': 'application/json', 'idempotency-key': key },
+            body: spec.body,
+          });
+          await res.body.dump();
+          return res.statusCode;
+        });
+        for (const s of await Promise.allSettled(batch)) {
+          if (s.status === 'fulfilled') status[s.value] = (status[s.value] ?? 0) + 1;
+          else errors += 1;
+        }
+      }
+    }
+  } finally {
+    await pool.close();
+  }
+  return { status, errors };
+}
+
+async function cannon(spec: CannonSpec): Promise<CannonResult> {
+  const fixed = spec.keys.kind === 'fixed' ? `${spec.keyPrefix}-k` : null;
+  const warm = spec.keys.kind === 'fixed' ? await warmKeys(spec, fixedKeys(spec.keys.count, fixed ?? ''), spec.keys.warmPasses) : null;
+  const base = { origin: spec.origin, path: spec.path, connections: spec.connections, body: spec.body };
+  if (spec.warmupS > 0) {
+    await runCannon({ ...base, durationS: spec.warmupS, nextKey: keySequence(spec.keys, fixed ?? `${spec.keyPrefix}-w`), latency: null });
+  }
+  const latency = latencyRecorder();
+  const before = await upstreamCount(spec.statsUrl);
+  const run = await runCannon({ ...base, durationS: spec.durationS, nextKey: keySequence(spec.keys, fixed ?? `${spec.keyPrefix}-m`), latency });
+  const after = await upstreamCount(spec.statsUrl);
+  let non2xx = 0;
+  for (const [code, count] of Object.entries(run.status)) if (code[0] !== '2') non2xx += count;
+  return {
+    rps: run.durationS > 0 ? Math.round(run.responses / run.durationS) : 0,
+    responses: run.responses,
+    durationS: run.durationS,
+    latencyMs: latency.summary(),
+    status: run.status,
+    non2xx,
+    errors: run.errors,
+    timeouts: run.timeouts,
+    upstreamCalls: before === null || after === null ? null : after - before,
+    warm,
+  };
+}
+
+async function main(): Promise<void> {
+  const raw = process.argv[2];
+  if (raw === undefined) throw new Error('usage: load.js <LoadSpec JSON>');
+  const spec = JSON.parse(raw) as LoadSpec;
+  if (spec.mode === 'rss') {
+    await holdOpenConnections(spec);
+    return;
+  }
+  const result = await cannon(spec);
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+if (isEntry(import.meta.url)) {
+  main().then(
+    () => process.exit(0),
+    (err: unknown) => {
+      process.stderr.write(`load: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+      process.exit(1);
+    },
+  );
+}

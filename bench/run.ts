@@ -1,0 +1,126 @@
+// `npm run bench [-- --only baseline,newkey]`: starts the upstream, the bare
+// baseline and the proxy (through its CLI) on loopback, servers pinned to
+// CPU 0 and each load generator to CPU 1, runs every scenario BENCH_REPS
+// times interleaved with the baseline, prints one markdown table (medians,
+// ratios to the baseline runs around each product run) and writes the raw
+// JSON to bench/results/<timestamp>.json. See bench/README.md.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Children } from './lib/children.js';
+import { claimDatabases, measureClaim, type ClaimResult } from './lib/claim.js';
+import { isEntry } from './lib/cli-args.js';
+import type { BenchContext } from './lib/context.js';
+import { loadRunner } from './lib/load-runner.js';
+import { runRepetitions } from './lib/measure.js';
+import { parseRunOptions } from './lib/options.js';
+import { commandLine, headerText, writeResults, type RunFacts } from './lib/output.js';
+import { dropDatabase, durabilitySettings } from './lib/pg.js';
+import { detectPinning } from './lib/pin.js';
+import { makePlan } from './lib/plan.js';
+import { readMemory, type MemoryFigures } from './lib/proc.js';
+import { renderReport } from './lib/report.js';
+import { measureRssPair, rssValid, type RssMeasure } from './lib/rss.js';
+import { ALIASES, allNames } from './lib/scenarios.js';
+import { bringUp, type Fleet } from './lib/servers-up.js';
+import { LOAD_CPU, startBaseline, startProxy } from './lib/servers.js';
+import { summarize, type RunRecord } from './lib/summary.js';
+
+async function main(): Promise<number> {
+  const argv = process.argv.slice(2);
+  const opts = parseRunOptions(argv, process.env);
+  if (opts.listOnly) {
+    process.stdout.write(`scenarios: ${allNames().join(', ')}\naliases: ${Object.keys(ALIASES).join(', ')}\n`);
+    return 0;
+  }
+  const started = new Date();
+  const loadAtStart = loadavg()[0]!;
+  const distRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+  const tmp = mkdtempSync(join(tmpdir(), 'idem-bench-'));
+  const pin = detectPinning(opts.noPin);
+  const children = new Children(join(distRoot, 'bench', 'guard.js'));
+  const log = (msg: string): void => void process.stderr.write(`[bench] ${msg}\n`);
+  let interrupted = false;
+  const ctx: BenchContext = {
+    opts,
+    pin,
+    children,
+    load: loadRunner(children, pin.prefix(LOAD_CPU), join(distRoot, 'bench', 'load.js')),
+    runId: `b${started.getTime().toString(36)}`,
+    distRoot,
+    projectRoot: process.env['BENCH_PROJECT_ROOT'] ?? process.cwd(),
+    tmp,
+    log,
+    interrupted: () => interrupted,
+  };
+  const cleanUp = async (): Promise<void> => {
+    await children.stopAll();
+    if (opts.keepDb) return;
+    for (const db of [opts.dbName, ...claimDatabases(opts)]) await dropDatabase(opts.adminUrl, db).catch(() => undefined);
+  };
+  process.on('exit', () => children.killAll());
+  for (const sig of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(sig, () => {
+      interrupted = true;
+      log(`${sig}: stopping every child process, dropping the benchmark databases`);
+      void cleanUp()
+        .then(() => rmSync(tmp, { recursive: true, force: true }))
+        .finally(() => process.exit(sig === 'SIGINT' ? 130 : 143));
+    });
+  }
+  log(`pinning: ${pin.enabled ? pin.reason : `off — ${pin.reason}`}`);
+  log(`${opts.reps} repetitions × ${opts.durationS} s (+${opts.warmupS} s warm-up) per scenario; logs in ${tmp}`);
+
+  const plan = makePlan(opts);
+  const runs: RunRecord[] = [];
+  const memory: Record<string, MemoryFigures | null> = {};
+  let rss: RssMeasure[] = [];
+  let claim: ClaimResult | null = null;
+  let fleet: Fleet | null = null;
+  const settings = await durabilitySettings(opts.adminUrl).catch(() => null);
+  try {
+    fleet = await bringUp(ctx, plan);
+    for (const [id, why] of fleet.unavailable) {
+      for (const s of plan.scenarios.filter((sc) => sc.server === id)) {
+        runs.push({ scenario: s.id, rep: 0, seq: 0, connections: s.connections, result: null, error: `not run: ${id} did not start (${why.split('\n')[0]})` });
+      }
+    }
+    const upstream = fleet.servers.get('upstream')!;
+    runs.push(...(await runRepetitions(ctx, plan, fleet.servers, `${upstream.url}/__stats`)));
+    for (const [id, s] of fleet.servers) memory[id] = readMemory(s.pid);
+    for (const [id, s] of fleet.servers) if (id !== 'upstream') await s.stop();
+    if (plan.rss && !interrupted) {
+      const db = fleet.databaseUrl;
+      const proxy = db === null ? (fleet.unavailable.get('proxy-pg') ?? 'no database') : () => startProxy(ctx, { name: 'proxy-rss', upstream: upstream.url, databaseUrl: db, redisUrl: opts.redisUrl });
+      rss = await measureRssPair(ctx, proxy, () => startBaseline(ctx, upstream.url, 'baseline-rss'));
+    }
+    if (plan.claim && !interrupted) claim = await measureClaim(ctx, upstream.url);
+  } finally {
+    await cleanUp();
+  }
+  if (interrupted) return new Promise<number>(() => undefined); // the signal handler exits
+
+  const facts: RunFacts = { started, command: commandLine(argv), loadAtStart, settings, commitProbe: fleet.commitProbe };
+  const rows = plan.scenarios.map((s) => summarize(s, runs));
+  const skipped = [...fleet.unavailable].map(([id, why]) => `${id}: ${why.split('\n').slice(0, 6).join(' | ')}`);
+  process.stdout.write(`\n${renderReport({ header: headerText(ctx, facts), rows, skipped, memory, rss, claim })}`);
+  const file = writeResults(ctx, facts, { unavailable: Object.fromEntries(fleet.unavailable), summary: rows, runs, memoryAfterLoad: memory, rss, claim });
+  log(`raw results: ${file}`);
+  if (process.env['BENCH_KEEP_LOGS'] === '1') log(`server logs kept in ${tmp}`);
+  else rmSync(tmp, { recursive: true, force: true });
+
+  const failed = runs.some((r) => r.error !== null) || rss.some((m) => m.error !== null || !rssValid(m)) || (claim?.sizes.some((s) => s.error !== null) ?? false);
+  return failed ? 1 : 0;
+}
+
+if (isEntry(import.meta.url)) {
+  main().then(
+    (code) => process.exit(code),
+    (err: unknown) => {
+      const detail = err instanceof Error ? (process.env['BENCH_DEBUG'] === '1' ? (err.stack ?? err.message) : err.message) : String(err);
+      process.stderr.write(`[bench] ${detail}\n`);
+      process.exit(1);
+    },
+  );
+}
