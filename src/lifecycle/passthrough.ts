@@ -1,8 +1,7 @@
 import type { IncomingMessage } from 'node:http';
-import { pipeline } from 'node:stream/promises';
-import { callUpstream } from '../proxy/forward.js';
+import { streamUpstream } from '../proxy/forward.js';
 import { clientResponseHeaders } from '../proxy/headers.js';
-import { UpstreamError, classify } from '../proxy/upstream.js';
+import type { UpstreamError } from '../proxy/upstream.js';
 import { Problems, sendProblem } from '../http/problems.js';
 import type { RequestContext } from './context.js';
 import type { LifecycleDeps } from './deps.js';
@@ -18,29 +17,22 @@ export async function passThrough(deps: LifecycleDeps, ctx: RequestContext, body
     source = req;
   }
   const t0 = performance.now();
-  let call;
+  const res = ctx.res;
   try {
-    call = await callUpstream(deps.upstream, req, ctx.method, source);
+    await streamUpstream(deps.upstream, req, ctx.method, source, (statusCode, headers) => {
+      ctx.status = statusCode;
+      if (!res.destroyed) res.writeHead(statusCode, clientResponseHeaders(headers));
+      return res;
+    });
   } catch (err) {
-    ctx.upstreamMs = performance.now() - t0;
-    upstreamFailure(ctx, err as UpstreamError);
-    return;
-  }
-  const { response } = call;
-  try {
-    const headers = clientResponseHeaders(response.headers);
-    ctx.status = response.statusCode;
-    ctx.res.writeHead(response.statusCode, headers);
-    await pipeline(response.body, ctx.res);
-  } catch (err) {
-    const e = classify(err, call.signal);
-    ctx.outcome = 'upstream_error';
-    ctx.detail = e.message;
-    if (!ctx.res.headersSent) upstreamFailure(ctx, e);
-    else ctx.res.destroy();
-    response.body.destroy();
+    const e = err as UpstreamError;
+    if (!res.headersSent) upstreamFailure(ctx, e);
+    else {
+      ctx.outcome = 'upstream_error';
+      ctx.detail = e.message;
+      res.destroy();
+    }
   } finally {
-    call.finish();
     ctx.upstreamMs = performance.now() - t0;
   }
 }

@@ -1,4 +1,5 @@
 import type { IncomingMessage } from 'node:http';
+import type { Writable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Upstream } from './upstream.js';
 import { TimeoutSignal, classify } from './upstream.js';
@@ -42,5 +43,37 @@ export async function callUpstream(
   } catch (err) {
     clearTimeout(timer);
     throw classify(err, ac.signal);
+  }
+}
+
+/**
+ * Streams an exchange straight into a Writable (the pass-through path: no
+ * body collected, no stream pipeline). `factory` gets status and headers and
+ * returns where the body goes. Errors come out classified.
+ */
+export async function streamUpstream(
+  upstream: Upstream,
+  req: IncomingMessage,
+  method: string,
+  body: Buffer | IncomingMessage | null,
+  factory: (statusCode: number, headers: Record<string, string | string[] | undefined>) => Writable,
+): Promise<void> {
+  const ac = new AbortController();
+  const timer = setTimeout(() => ac.abort(new TimeoutSignal(upstream.timeoutMs)), upstream.timeoutMs);
+  const socket = req.socket;
+  const headers = upstreamRequestHeaders(req.rawHeaders, req.headers, {
+    clientIp: socket.remoteAddress ?? '',
+    proto: (socket as { encrypted?: boolean }).encrypted ? 'https' : 'http',
+    host: req.headers.host,
+  }, Buffer.isBuffer(body));
+  try {
+    await upstream.pool.stream(
+      { origin: upstream.origin, path: req.url ?? '/', method: method as Dispatcher.HttpMethod, headers, body, signal: ac.signal },
+      (data) => factory(data.statusCode, data.headers),
+    );
+  } catch (err) {
+    throw classify(err, ac.signal);
+  } finally {
+    clearTimeout(timer);
   }
 }
