@@ -127,6 +127,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
         'embedded store: single-instance only; every proxy instance must share one PostgreSQL (set store.postgres or DATABASE_URL) for production');
     }
     logger.info({ url: main.url, adminUrl: admin?.url ?? null, upstream: config.upstream.url, store: db.description, routes: router.routes.map((r) => r.name) }, 'proxy listening');
+    logger.flush(); // the line tooling waits for: never left in the buffer
 
     return {
       url: main.url,
