@@ -4,6 +4,8 @@ import { createLogger } from '../log/logger.js';
 import { tenantIdFor } from '../policy/tenant.js';
 import { KeyStore } from '../store/key-store.js';
 import { openDb } from '../store/open.js';
+import { createRedisCache, defaultCachePrefix } from '../store/redis-cache.js';
+import { createMetrics } from '../metrics/metrics.js';
 import type { KeyRecord } from '../store/records.js';
 import { CliError, type CliIo } from './io.js';
 import type { Outcome } from './index.js';
@@ -102,6 +104,19 @@ export function keysCommand(io: CliIo, outcome: Outcome): CommandModule<CommonAr
             return;
           }
           io.stdout.write(`purged key ${JSON.stringify(args.key)} (was ${state}); the next request with it runs the operation\n`);
+          if (config.store.redis !== null) {
+            // The cached replay must go too, or Redis would keep answering it.
+            const cache = createRedisCache({ url: config.store.redis, prefix: defaultCachePrefix(config.store), commandTimeoutMs: 2000 },
+              { metrics: createMetrics({ processMetrics: false }) });
+            try {
+              const ok = (await cache.ready(3000)) && (await cache.purge(tenantId, args.key));
+              io.stdout.write(ok ? 'removed the cached copy from Redis\n'
+                : 'warning: Redis could not be reached: a cached copy may still be replayed until its TTL ends (at most 1 h)\n');
+              if (!ok) outcome.code = 1;
+            } finally {
+              await cache.close();
+            }
+          }
         }
       } finally {
         await db.close();

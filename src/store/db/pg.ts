@@ -17,6 +17,7 @@ const UNAVAILABLE_CODES = new Set([
   '3D000', // the database does not exist (dropped, or a wrong URL after a move)
   '25006', // read-only transaction: connected to a standby after a failover
   '57014', // statement timeout: the store is too slow to answer
+  '55000', // "database is not accepting connections" (ALLOW_CONNECTIONS false, maintenance)
 ]);
 // Whole SQLSTATE classes: connection exceptions, insufficient resources,
 // operator intervention (shutdown, database dropped), rejected credentials.
