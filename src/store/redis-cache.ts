@@ -112,7 +112,10 @@ export class RedisCache implements ReplayCache {
       onChange: (open) => {
         metrics.cacheBreakerOpen.set(open ? 1 : 0);
         if (open) this.logger?.warn({ redis: where }, 'redis cache breaker open: serving from PostgreSQL only until Redis answers again');
-        else this.logger?.info({ redis: where }, 'redis cache breaker closed: cache in use again');
+        else {
+          this.errorLogged = false; // the next failure episode is logged again
+          this.logger?.info({ redis: where }, 'redis cache breaker closed: cache in use again');
+        }
       },
     });
     this.ok = () => this.breaker.success();

@@ -1,0 +1,89 @@
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import type { Redis } from 'ioredis';
+import { createMetrics } from '../../src/metrics/metrics.js';
+import { createRedisCache, type RedisCache } from '../../src/store/redis-cache.js';
+import type { StoredResponse } from '../../src/store/records.js';
+import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts } from './helpers/proxy.js';
+import { SHARED_REDIS_URL, deletePrefix, sharedRedis, uniquePrefix } from './helpers/redis.js';
+
+// The RedisCache object on its own, against the shared Redis under a
+// prefix of its own: the port's contract without the HTTP lifecycle.
+
+const fp = createHash('sha256').update('req').digest();
+const other = createHash('sha256').update('other').digest();
+const response: StoredResponse = { status: 200, headers: [['content-type', 'text/plain']], body: Buffer.from('ok'), bodyRetained: true, bodySize: 2 };
+const settle = () => new Promise((r) => setTimeout(r, 50));
+
+describe('RedisCache', () => {
+  let redis: Redis;
+  let cache: RedisCache;
+  const metrics = createMetrics({ processMetrics: false });
+  const prefix = uniquePrefix();
+
+  before(async () => {
+    redis = await sharedRedis();
+    cache = createRedisCache({ url: SHARED_REDIS_URL, prefix, commandTimeoutMs: LOADED_MACHINE_TIMEOUT_MS }, { metrics });
+    assert.equal(await cache.ready(2000), true);
+  });
+
+  after(async () => {
+    await cache?.close();
+    if (redis !== undefined) {
+      await deletePrefix(redis, prefix);
+      redis.disconnect();
+    }
+  });
+
+  test('marker, then the completed record replaces it; a later marker does not', async () => {
+    cache.rememberInFlight('t', 'a', fp, 5000, 90_000);
+    await settle();
+    const m = await cache.lookup('t', 'a');
+    assert.ok(m?.kind === 'in_flight');
+    assert.ok(m.retryAfterS >= 89 && m.retryAfterS <= 90);
+    assert.ok(await redis.pttl(cache.key('t', 'a')) <= 5000);
+    cache.rememberComplete('t', 'a', fp, response, 60_000);
+    cache.rememberInFlight('t', 'a', other, 5000, 90_000);
+    await settle();
+    const c = await cache.lookup('t', 'a');
+    assert.ok(c?.kind === 'complete');
+    assert.ok(c.fingerprint.equals(fp));
+    assert.equal(c.response.body.toString(), 'ok');
+  });
+
+  test('forget and purge remove entries; a miss is counted', async () => {
+    cache.rememberInFlight('t', 'b', fp, 5000);
+    cache.forget('t', 'b');
+    await settle();
+    const before = await cacheCounts(metrics);
+    assert.equal(await cache.lookup('t', 'b'), null);
+    assert.equal((await cacheCounts(metrics)).miss, before.miss + 1);
+    cache.rememberComplete('t', 'c', fp, response, 60_000);
+    await settle();
+    assert.equal(await cache.purge('t', 'c'), true);
+    assert.equal(await cache.lookup('t', 'c'), null);
+  });
+
+  test('the record TTL is the remaining retention minus a margin, capped', async () => {
+    cache.rememberComplete('t', 'd', fp, response, 1000);
+    cache.rememberComplete('t', 'e', fp, response, 10 * 3_600_000);
+    await settle();
+    const d = await redis.pttl(cache.key('t', 'd'));
+    const e = await redis.pttl(cache.key('t', 'e'));
+    assert.ok(d > 0 && d <= 900, `PTTL ${d}`);
+    assert.ok(e > 3_500_000 && e <= 3_600_000, `PTTL ${e} capped at 1 h`);
+  });
+
+  test('a bad prefix is refused; after close nothing throws', async () => {
+    assert.throws(() => createRedisCache({ url: SHARED_REDIS_URL, prefix: 'a{b}' }, { metrics }), /must not contain/);
+    const c2 = createRedisCache({ url: SHARED_REDIS_URL, prefix }, { metrics: createMetrics({ processMetrics: false }) });
+    await c2.ready(2000);
+    await c2.close();
+    assert.equal(await c2.lookup('t', 'a'), null);
+    c2.rememberComplete('t', 'x', fp, response, 60_000);
+    c2.rememberInFlight('t', 'x', fp, 1000);
+    c2.forget('t', 'x');
+    assert.equal(await c2.purge('t', 'x'), false);
+  });
+});
