@@ -17,6 +17,7 @@ function table(rows: readonly (readonly [string, string])[], indent = '  '): str
 function keyText(key: KeySource, required: boolean): string {
   const where =
     key.kind === 'fromBody' ? `body field ${key.pointer} (JSON Pointer)` : `header ${key.header}`;
+  if (key.kind === 'fromBody') return `${where}, always required (a body without it, or not JSON, gets 400)`;
   return `${where}${required ? ', required (400 without it)' : ', optional (forwarded without deduplication when absent)'}`;
 }
 
@@ -91,6 +92,7 @@ export function describeConfig(config: Config): string {
     ['migrations', store.migrate ? 'applied by serve at start' : 'not applied by serve (run migrate)'],
     ['sweeper', `every ${formatDuration(store.sweepIntervalMs)}, ${store.sweepBatchSize} rows per batch`],
     ['log level', config.logLevel],
+    ['shutdown', `in-flight requests get up to ${formatDuration(config.shutdownTimeoutMs)} to finish and commit`],
   ]);
   const routes = config.routes.flatMap((route, i) => ['', ...describeRoute(route, i, config.routes.length)]);
   return ['idempotency-proxy configuration', ...header, ...routes, '', 'requests matching no route are forwarded untouched', ''].join('\n');
