@@ -13,12 +13,23 @@ function first(v: string | string[] | undefined): string | undefined {
   return Array.isArray(v) ? v[0] : v;
 }
 
+/**
+ * A tenant header value longer than this is stored as `sha256:<hex>`: the
+ * tenant is part of the primary key, and one B-tree entry holds ~2.7 kB —
+ * a longer value would fail the claim of every request batched with it.
+ */
+export const MAX_TENANT_CHARS = 256;
+
+function bounded(value: string): string {
+  return value.length <= MAX_TENANT_CHARS ? value : `sha256:${hashTenant(value)}`;
+}
+
 export function resolveTenant(source: TenantSource, headers: IncomingHttpHeaders): string {
   switch (source.kind) {
     case 'constant':
       return source.value;
     case 'fromHeader':
-      return first(headers[source.header]) ?? '';
+      return bounded(first(headers[source.header]) ?? '');
     case 'fromHeaderHash': {
       const v = first(headers[source.header]);
       return v === undefined || v === '' ? '' : hashTenant(v);
@@ -32,7 +43,7 @@ export function tenantIdFor(source: TenantSource, carried: string): string {
     case 'constant':
       return source.value;
     case 'fromHeader':
-      return carried;
+      return bounded(carried);
     case 'fromHeaderHash':
       return carried === '' ? '' : hashTenant(carried);
   }

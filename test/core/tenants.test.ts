@@ -1,4 +1,5 @@
 import { describe, test, before, after } from 'node:test';
+import { randomBytes } from 'node:crypto';
 import assert from 'node:assert/strict';
 import type { RunningProxy } from '../../src/app.js';
 import { hashTenant } from '../../src/policy/tenant.js';
@@ -80,6 +81,25 @@ describe('tenants', () => {
     assert.equal(upstream.executions(), n + 2);
     const [row] = await sql<{ tenant_id: string }>(db.url, "SELECT tenant_id FROM idempotency_keys WHERE idem_key = $1 AND tenant_id = ''", [key]);
     assert.ok(row);
+  });
+
+  test('a very long tenant header works and never breaks the requests batched with it', async () => {
+    // Incompressible and far beyond what one btree entry holds (~2.7 kB).
+    const long = `t${randomBytes(3000).toString('hex')}`;
+    const key = uniqueKey('long-tenant');
+    const n = upstream.executions();
+    const replies = await Promise.all([
+      send(`${proxy.url}/h/pay`, { headers: { 'x-tenant': long, 'idempotency-key': key }, body: 'b' }),
+      ...[1, 2, 3, 4].map((i) => send(`${proxy.url}/h/pay`, { headers: { 'x-tenant': `n${i}`, 'idempotency-key': key }, body: 'b' })),
+    ]);
+    for (const r of replies) assert.equal(r.status, 201, r.text());
+    assert.equal(upstream.executions(), n + 5);
+    const again = await send(`${proxy.url}/h/pay`, { headers: { 'x-tenant': long, 'idempotency-key': key }, body: 'b' });
+    assert.equal(header(again, 'idempotent-replayed'), 'true');
+    assert.ok(again.body.equals(replies[0]!.body));
+    // A different long tenant is a different tenant.
+    const other = await send(`${proxy.url}/h/pay`, { headers: { 'x-tenant': `${long}y`, 'idempotency-key': key }, body: 'b' });
+    assert.equal(other.headers['idempotent-replayed'], undefined);
   });
 
   test('default fromHeaderHash authorization: two credentials, two executions, raw value never stored or logged', async () => {

@@ -6,7 +6,7 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { closedPort, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { assertProblem, header, uniqueKey } from './support.js';
+import { assertProblem, header, uniqueKey, waitFor } from './support.js';
 
 // SPEC §2: upstream connection refused → 502 and the key released (the
 // request never reached the upstream); upstream timeout / reset after the
@@ -76,6 +76,12 @@ describe('upstream failures', () => {
   const rows = async (key: string) => sql<{ state: string; status_code: number | null }>(db.url,
     'SELECT state, status_code FROM idempotency_keys WHERE idem_key = $1', [key]);
 
+  /** The client's connection is cut before the record is committed: retry until the key settles. */
+  const settled = (key: string, path: string) => waitFor(`${key} to settle`, async () => {
+    const r = await post(proxy, path, key);
+    return r.status === 409 ? undefined : r;
+  }, 3000, 50);
+
   test('connection refused → 502 upstream-unreachable, key released; a proxy with a live upstream runs the same key', async () => {
     const dead = await startTestProxy({ upstream: `http://127.0.0.1:${await closedPort()}`, databaseUrl: db.url, yaml });
     try {
@@ -129,7 +135,7 @@ describe('upstream failures', () => {
   test('the body breaks off after the headers → the client sees a broken response; the retry gets a stored 502', async () => {
     const key = uniqueKey('halfbody');
     await assert.rejects(post(proxy, '/pay/halfbody', key), 'an incomplete response is never presented as complete');
-    const retry = await post(proxy, '/pay/halfbody', key);
+    const retry = await settled(key, '/pay/halfbody');
     assertProblem(retry, 'upstream-reset', 502);
     assert.equal(header(retry, 'idempotent-replayed'), 'true');
     assert.equal(seen.get(key), 1);
@@ -138,7 +144,7 @@ describe('upstream failures', () => {
   test('the timeout strikes while the body streams → the retry gets a stored 504', async () => {
     const key = uniqueKey('slowbody');
     await assert.rejects(post(proxy, '/pay/slowbody', key));
-    const retry = await post(proxy, '/pay/slowbody', key);
+    const retry = await settled(key, '/pay/slowbody');
     assertProblem(retry, 'upstream-timeout', 504);
     assert.equal(header(retry, 'idempotent-replayed'), 'true');
     assert.equal(seen.get(key), 1);

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import path from 'node:path';
 import { startProxy, type RunningProxy } from '../../src/app.js';
 import { loadConfig } from '../../src/config/load.js';
-import { createLogger } from '../../src/log/logger.js';
+import { createLogger, type Logger } from '../../src/log/logger.js';
 
 // Two ways to run the proxy in tests: in-process (fast, for most tests) and
 // as a real child process through the CLI (for crashes, signals, and two
@@ -23,6 +23,8 @@ export interface InProcessOptions {
   readonly dataDir?: string;
   readonly env?: Record<string, string>;
   readonly logLevel?: string;
+  /** A logger of the test's own (e.g. writing to a stream the test reads); wins over logLevel. */
+  readonly logger?: Logger;
 }
 
 /** Starts the proxy in this process on 127.0.0.1:0 (admin too). */
@@ -40,7 +42,7 @@ export async function startTestProxy(opts: InProcessOptions): Promise<RunningPro
     },
     env: { ...(opts.env ?? {}) },
   });
-  const logger = createLogger(opts.logLevel ?? process.env.TEST_LOG_LEVEL ?? 'silent');
+  const logger = opts.logger ?? createLogger(opts.logLevel ?? process.env.TEST_LOG_LEVEL ?? 'silent');
   return startProxy(config, { logger, shutdownDeadlineMs: 5000 });
 }
 
@@ -60,9 +62,10 @@ export interface SpawnedProxy {
  * Runs `idempotency-proxy <args>` as a child process and waits for its
  * "proxy listening" line. Pass --listen 127.0.0.1:0 to get a free port.
  */
-export async function spawnProxy(args: string[], env: NodeJS.ProcessEnv = {}): Promise<SpawnedProxy> {
+export async function spawnProxy(args: string[], env: NodeJS.ProcessEnv = {}, opts: { cwd?: string } = {}): Promise<SpawnedProxy> {
   const proc = spawn(process.execPath, [MAIN, ...args], {
     env: { PATH: process.env.PATH, ...env },
+    ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const lines: string[] = [];

@@ -9,7 +9,9 @@ import type { Statement } from '../db/port.js';
 //   - takes over an in_flight row whose lease ran out, same fingerprint
 //     (on_expired_lease = reexecute), or marks it outcome_unknown (= fail),
 //   - or leaves the row alone, and returns it as it stood (duplicate).
-// Every time comparison uses the database clock. One row comes back per input,
+// Rows are claimed (and locked) in (tenant_id, idem_key) order, as commits
+// lock them: overlapping batches on any number of instances wait for each
+// other but never deadlock. Every time comparison uses the database clock. One row comes back per input,
 // in input order (ord). A row with neither claim nor existing columns vanished
 // or is not yet visible: the caller claims again.
 export const claimStatement: Statement = {
@@ -28,6 +30,7 @@ WITH input AS (
          now() + lease_ms * interval '1 millisecond', now() + ttl_ms * interval '1 millisecond',
          now(), route, method, path
     FROM input
+   ORDER BY tenant_id, idem_key -- one global lock order: concurrent batches never deadlock
   ON CONFLICT (tenant_id, idem_key) DO UPDATE SET
     fingerprint      = EXCLUDED.fingerprint,
     state            = CASE WHEN k.expires_at > now() AND k.on_expired_lease = 'fail'

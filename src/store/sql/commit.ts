@@ -6,15 +6,27 @@ import type { Statement } from '../db/port.js';
 // A row already complete under the same owner token was completed by this
 // very request (tokens are fresh per claim): a commit retried after its reply
 // was lost. It is written again, identically, and reported committed.
+// Rows are locked in (tenant_id, idem_key) order before the update, the order
+// the claim statement uses: concurrent batches never deadlock.
 export const commitStatement: Statement = {
   name: 'idem_commit_v1',
   text: `
+WITH v AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[])
+       AS v(tenant_id, idem_key, owner_token, status_code, headers, body, retained, size)
+), locked AS (
+  -- Row locks in (tenant_id, idem_key) order, the order claims take them in.
+  SELECT k.tenant_id, k.idem_key
+    FROM idempotency_keys k JOIN v ON k.tenant_id = v.tenant_id AND k.idem_key = v.idem_key
+   WHERE k.owner_token = v.owner_token AND k.state IN ('in_flight', 'complete')
+   ORDER BY k.tenant_id, k.idem_key
+     FOR UPDATE OF k
+)
 UPDATE idempotency_keys AS k
    SET state = 'complete', status_code = v.status_code, response_headers = v.headers::jsonb,
        response_body = decode(v.body, 'hex'), body_retained = v.retained, body_size = v.size,
        completed_at = now(), locked_until = NULL
-  FROM unnest($1::text[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[])
-       AS v(tenant_id, idem_key, owner_token, status_code, headers, body, retained, size)
+  FROM v JOIN locked l ON l.tenant_id = v.tenant_id AND l.idem_key = v.idem_key
  WHERE k.tenant_id = v.tenant_id AND k.idem_key = v.idem_key
    AND k.owner_token = v.owner_token AND k.state IN ('in_flight', 'complete')
 RETURNING k.tenant_id, k.idem_key,
