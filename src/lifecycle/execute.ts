@@ -141,7 +141,7 @@ async function relay(
       held = chunk;
     }
   } catch (err) {
-    const failure = classify(err, call.signal);
+    const failure = classify(err);
     if (recording === null) {
       res.destroy();
       return null;

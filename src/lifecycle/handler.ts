@@ -27,12 +27,33 @@ const noop = (): void => {};
 export function createHandler(deps: LifecycleDeps): Handler {
   const { router, logger, metrics } = deps;
 
+  // Metric children bound once per (route, outcome): the hot path skips
+  // prom-client's per-call label hashing.
+  type Bound = { count: { inc(): void }; duration: { observe(v: number): void }; upstream: { observe(v: number): void } };
+  const bound = new Map<CompiledRoute | null, Map<string, Bound>>();
+  const children = (route: CompiledRoute | null, outcome: string): Bound => {
+    let byOutcome = bound.get(route);
+    if (byOutcome === undefined) bound.set(route, (byOutcome = new Map()));
+    let b = byOutcome.get(outcome);
+    if (b === undefined) {
+      const name = route?.name ?? '(none)';
+      b = {
+        count: metrics.requests.labels(name, outcome),
+        duration: metrics.requestDuration.labels(name, outcome),
+        upstream: metrics.upstreamDuration.labels(name),
+      };
+      byOutcome.set(outcome, b);
+    }
+    return b;
+  };
+
   const finish = (ctx: RequestContext): void => {
     const routeName = ctx.route?.name ?? '(none)';
     const ms = ctx.elapsedMs();
-    metrics.requests.inc({ route: routeName, outcome: ctx.outcome });
-    metrics.requestDuration.observe({ route: routeName, outcome: ctx.outcome }, ms / 1000);
-    if (ctx.upstreamMs >= 0) metrics.upstreamDuration.observe({ route: routeName }, ctx.upstreamMs / 1000);
+    const m = children(ctx.route, ctx.outcome);
+    m.count.inc();
+    m.duration.observe(ms / 1000);
+    if (ctx.upstreamMs >= 0) m.upstream.observe(ctx.upstreamMs / 1000);
     if (logger.isLevelEnabled('info')) {
       logger.info({
         requestId: ctx.requestId,

@@ -37,6 +37,11 @@ export function compileStoredHeaders(add: readonly string[], drop: readonly stri
 /** Names listed in a Connection header are hop-by-hop for that message. */
 function connectionTokens(value: string | string[] | undefined): Set<string> | null {
   if (value === undefined) return null;
+  // The common values name no extra header: no split, no Set.
+  if (typeof value === 'string' && (value.length === 10 || value.length === 5)) {
+    const v = value.toLowerCase();
+    if (v === 'keep-alive' || v === 'close') return null;
+  }
   const s = Array.isArray(value) ? value.join(',') : value;
   const out = new Set<string>();
   for (const t of s.split(',')) {

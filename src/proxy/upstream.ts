@@ -33,13 +33,11 @@ export class TimeoutSignal extends Error {
   }
 }
 
-export function classify(err: unknown, signal: AbortSignal | undefined): UpstreamError {
+export function classify(err: unknown): UpstreamError {
   if (err instanceof UpstreamError) return err;
   const e = err as { code?: string; message?: string; cause?: { code?: string } };
   const code = e?.code ?? e?.cause?.code;
-  if (signal?.aborted && signal.reason instanceof TimeoutSignal) {
-    return new UpstreamError('timeout', signal.reason.message, { cause: err });
-  }
+  if (err instanceof TimeoutSignal) return new UpstreamError('timeout', err.message, { cause: err });
   if (code !== undefined && NOT_SENT.has(code)) return new UpstreamError('not_sent', `upstream unreachable (${code})`, { cause: err });
   if (code !== undefined && TIMEOUTS.has(code)) return new UpstreamError('timeout', `upstream timed out (${code})`, { cause: err });
   return new UpstreamError('reset', `upstream connection failed after the request was sent (${code ?? e?.message ?? 'unknown error'})`, { cause: err });

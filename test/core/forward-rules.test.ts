@@ -8,17 +8,16 @@ import { upstreamRequestHeaders } from '../../src/proxy/headers.js';
 
 test('failures before a byte was sent classify as not_sent (the key is released)', () => {
   for (const code of ['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'ENOTFOUND', 'UND_ERR_INVALID_ARG', 'UND_ERR_NOT_SUPPORTED']) {
-    assert.equal(classify(Object.assign(new Error(code), { code }), undefined).kind, 'not_sent', code);
+    assert.equal(classify(Object.assign(new Error(code), { code })).kind, 'not_sent', code);
   }
 });
 
 test('failures after sending classify as timeout or reset (outcome unknown)', () => {
-  assert.equal(classify(Object.assign(new Error('x'), { code: 'UND_ERR_HEADERS_TIMEOUT' }), undefined).kind, 'timeout');
-  assert.equal(classify(Object.assign(new Error('x'), { code: 'UND_ERR_SOCKET' }), undefined).kind, 'reset');
-  assert.equal(classify(Object.assign(new Error('x'), { code: 'ECONNRESET' }), undefined).kind, 'reset');
-  const ac = new AbortController();
-  ac.abort(new TimeoutSignal(500));
-  assert.equal(classify(new Error('aborted'), ac.signal).kind, 'timeout');
+  assert.equal(classify(Object.assign(new Error('x'), { code: 'UND_ERR_HEADERS_TIMEOUT' })).kind, 'timeout');
+  assert.equal(classify(Object.assign(new Error('x'), { code: 'UND_ERR_SOCKET' })).kind, 'reset');
+  assert.equal(classify(Object.assign(new Error('x'), { code: 'ECONNRESET' })).kind, 'reset');
+  // The body timer destroys the body stream with a TimeoutSignal.
+  assert.equal(classify(new TimeoutSignal(500)).kind, 'timeout');
 });
 
 test('request headers: hop-by-hop, Connection-named and Expect dropped; the rest kept in order', () => {
