@@ -28,6 +28,7 @@ interface ClaimRow {
   body_retained: boolean | null;
   body_size: string | number | null;
   retry_after_s: number | null;
+  lease_over: boolean | null;
 }
 
 type RawClaim =
@@ -241,6 +242,9 @@ function decide(row: ClaimRow, fingerprint: Buffer): ClaimOutcome | null {
       return { kind: 'outcome_unknown' };
     case 'in_flight':
       if (!fingerprint.equals(toBuffer(row.fingerprint)!)) return { kind: 'mismatch' };
+      // Lease over, yet not taken over by this claim: a stale snapshot of a
+      // row a concurrent claim just changed (see the claim statement).
+      if (row.lease_over === true) return null;
       return { kind: 'in_flight', retryAfterS: row.retry_after_s ?? 1 };
     case 'complete': {
       if (!fingerprint.equals(toBuffer(row.fingerprint)!)) return { kind: 'mismatch' };

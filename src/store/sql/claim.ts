@@ -55,7 +55,12 @@ SELECT i.ord::int AS ord,
        c.attempt AS claim_attempt,
        coalesce(c.state, e.state) AS state,
        e.fingerprint, e.status_code, e.response_headers, e.response_body, e.body_retained, e.body_size,
-       greatest(1, ceil(extract(epoch FROM (e.locked_until - now()))))::int AS retry_after_s
+       greatest(1, ceil(extract(epoch FROM (e.locked_until - now()))))::int AS retry_after_s,
+       -- An in-flight row with its lease over that this claim did not take
+       -- over (same fingerprint) is this statement's older snapshot of a row
+       -- a concurrent claim just took over or marked outcome_unknown: the
+       -- caller claims again rather than answer from it.
+       (e.state = 'in_flight' AND e.locked_until <= now()) AS lease_over
   FROM input i
   LEFT JOIN claimed c ON c.tenant_id = i.tenant_id AND c.idem_key = i.idem_key
   LEFT JOIN idempotency_keys e

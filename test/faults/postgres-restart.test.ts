@@ -1,0 +1,181 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { RunningProxy } from '../../src/app.js';
+import { send } from '../helpers/http.js';
+import { PROBLEM, streamed } from './helpers/client.js';
+import { answer, hold, startControlledUpstream, type ControlledUpstream } from './helpers/controlled-upstream.js';
+import { startPgRelay } from './helpers/pg-relay.js';
+import { startThrowawayPostgres, type ThrowawayPostgres } from './helpers/pg-cluster.js';
+import { query, startInProcess } from './helpers/proxies.js';
+import { sleep, waitUntil } from './helpers/wait.js';
+
+// PostgreSQL stopped hard (pg_ctl stop -m immediate) and started again under
+// steady traffic, on a throwaway cluster of this test's own. During the
+// outage the proxy fails closed with 503 + Retry-After, quickly (no 500, no
+// hang); afterwards it recovers by itself, every key a client saw a 2xx for
+// has a committed record, and no key ran twice.
+
+const YAML = `
+upstream: { timeout: 10s }
+store: { poolSize: 4 }
+defaults:
+  lease: 2s
+  tenant: { fromHeader: x-tenant }
+routes:
+  - name: orders
+    match: { path: "/orders/**" }
+`;
+const WORKERS = 6;
+const BEFORE_MS = 1000;
+const OUTAGE_MS = 2000;
+const AFTER_MS = 1500;
+/** Longest single exchange tolerated: a commit retried across the outage, with slack. */
+const MAX_EXCHANGE_MS = 6000;
+
+interface Attempt { status: number | 'network'; ms: number; retryAfter?: string; type?: string; at: number }
+interface KeyLog { key: string; tenant: string; attempts: Attempt[]; ok: boolean }
+
+describe('PostgreSQL restarted under load', () => {
+  let pgc: ThrowawayPostgres;
+  let up: ControlledUpstream;
+  let proxy: RunningProxy;
+
+  before(async () => {
+    pgc = await startThrowawayPostgres();
+    up = await startControlledUpstream(answer(201, 2));
+    proxy = await startInProcess({ upstream: up.url, databaseUrl: pgc.url, yaml: YAML });
+  });
+
+  after(async () => {
+    await proxy?.close();
+    await up?.close();
+    await pgc?.destroy();
+  });
+
+  test('503 + Retry-After during the outage, automatic recovery, every 2xx committed, nothing executed twice', async (t) => {
+    const logs: KeyLog[] = [];
+    let generating = true;
+    const t0 = Date.now();
+    const worker = async (w: number): Promise<void> => {
+      for (let i = 0; generating; i++) {
+        const log: KeyLog = { key: `pg-${w}-${i}`, tenant: `tenant-${w % 2}`, attempts: [], ok: false };
+        logs.push(log);
+        const opts = { headers: { 'idempotency-key': log.key, 'x-tenant': log.tenant, 'content-type': 'application/json' }, body: `{"w":${w},"i":${i}}` };
+        // A well-behaved client: retry the same key until it gets an answer bound to it.
+        while (Date.now() - t0 < BEFORE_MS + OUTAGE_MS + AFTER_MS + 15_000) {
+          const a0 = Date.now();
+          try {
+            const r = await send(`${proxy.url}/orders/1`, opts);
+            const att: Attempt = { status: r.status, ms: Date.now() - a0, at: a0 - t0 };
+            if (r.status !== 201) {
+              att.type = r.json().type;
+              if (r.headers['retry-after'] !== undefined) att.retryAfter = String(r.headers['retry-after']);
+            }
+            log.attempts.push(att);
+            if (r.status === 201) {
+              log.ok = true;
+              break;
+            }
+            if (r.status !== 503 && r.status !== 409) break; // unexpected: reported below
+          } catch {
+            log.attempts.push({ status: 'network', ms: Date.now() - a0, at: a0 - t0 });
+          }
+          await sleep(100);
+        }
+      }
+    };
+    const workers = Promise.all(Array.from({ length: WORKERS }, (_, w) => worker(w)));
+
+    await sleep(BEFORE_MS);
+    await pgc.stop('immediate');
+    const downAt = Date.now() - t0;
+    const readyDuring = (await fetch(`${proxy.adminUrl}/readyz`)).status;
+    await sleep(OUTAGE_MS - (Date.now() - t0 - downAt));
+    await pgc.start();
+    const upAt = Date.now() - t0;
+    await sleep(AFTER_MS);
+    generating = false;
+    await workers;
+
+    const attempts = logs.flatMap((l) => l.attempts);
+    const byStatus = new Map<string, number>();
+    for (const a of attempts) byStatus.set(String(a.status), (byStatus.get(String(a.status)) ?? 0) + 1);
+    const summary = `outage ${downAt}–${upAt} ms; ${logs.length} keys; attempts by status ${JSON.stringify(Object.fromEntries(byStatus))}`;
+
+    t.diagnostic(`${summary}; slowest exchange ${Math.max(...attempts.map((a) => a.ms))} ms`);
+    const unexpected = attempts.filter((a) => a.status !== 201 && a.status !== 503 && a.status !== 409 && a.status !== 'network');
+    assert.deepEqual(unexpected, [], `no 500 or other surprise (${summary})`);
+    const unavailable = attempts.filter((a) => a.status === 503);
+    assert.ok(unavailable.length > 0, `the outage must have been seen as 503 (${summary})`);
+    for (const a of unavailable) {
+      assert.equal(a.type, `${PROBLEM}store-unavailable`);
+      assert.ok(Number(a.retryAfter) >= 1, '503 carries Retry-After');
+    }
+    const slowest = Math.max(...attempts.map((a) => a.ms));
+    assert.ok(slowest < MAX_EXCHANGE_MS, `an exchange took ${slowest} ms (${summary})`);
+    const lost = logs.filter((l) => !l.ok);
+    assert.deepEqual(lost.map((l) => l.key), [], `every key ends with its answer (${summary})`);
+
+    assert.equal(readyDuring, 503, '/readyz says not ready while the store is down');
+    // Automatic recovery: ready again, new keys work.
+    const ready = await waitUntil(async () => (await fetch(`${proxy.adminUrl}/readyz`)).status === 200, 5000, '/readyz 200');
+    assert.ok(ready);
+    const fresh = await send(`${proxy.url}/orders/1`, { headers: { 'idempotency-key': 'pg-after', 'x-tenant': 'tenant-0' }, body: '{}' });
+    assert.equal(fresh.status, 201);
+
+    // Every key with a 2xx is committed; no key ran twice.
+    const rows = await query<{ tenant_id: string; idem_key: string; state: string }>(pgc.url,
+      `SELECT tenant_id, idem_key, state FROM idempotency_keys WHERE idem_key LIKE 'pg-%'`);
+    const state = new Map(rows.map((r) => [`${r.tenant_id}/${r.idem_key}`, r.state]));
+    const notCommitted = logs.filter((l) => l.ok && state.get(`${l.tenant}/${l.key}`) !== 'complete').map((l) => l.key);
+    assert.deepEqual(notCommitted, [], 'a 2xx without a committed record');
+    const twice = logs.filter((l) => up.executions(l.key) > 1).map((l) => `${l.key}×${up.executions(l.key)}`);
+    assert.deepEqual(twice, [], 'executed more than once');
+    const never = logs.filter((l) => l.ok && up.executions(l.key) !== 1).map((l) => l.key);
+    assert.deepEqual(never, []);
+  });
+
+  test('an upstream answer that arrives during an outage longer than a few seconds is committed once the store is back', async () => {
+    const k = 'pg-long-outage';
+    up.behave(hold);
+    const s = streamed(`${proxy.url}/orders/1`, { headers: { 'idempotency-key': k, 'x-tenant': 'tenant-0' }, body: '{"long":1}' });
+    const ex = await up.arrival((e) => e.key === k);
+    await pgc.stop('immediate');
+    ex.respond(201, '{"done":true}');
+    await sleep(4500); // longer than any fixed handful of commit retries
+    await pgc.start();
+    const first = await s;
+    assert.ok(!(first instanceof Error), 'the client is still waiting for its answer');
+    assert.equal(first.status, 201);
+    assert.equal(await first.end, 'complete', 'the commit must outlast the outage rather than drop the record');
+    assert.equal(first.received(), '{"done":true}');
+    const [r] = await query<{ state: string }>(pgc.url, 'SELECT state FROM idempotency_keys WHERE idem_key = $1', [k]);
+    assert.equal(r?.state, 'complete');
+    up.behave(answer());
+    const replay = await send(`${proxy.url}/orders/1`, { headers: { 'idempotency-key': k, 'x-tenant': 'tenant-0' }, body: '{"long":1}' });
+    assert.equal(replay.headers['idempotent-replayed'], 'true');
+    assert.equal(up.executions(k), 1);
+  });
+
+  test('a commit that took effect but whose reply was lost: the retried commit succeeds, the client gets its answer', async () => {
+    const relay = await startPgRelay(pgc.port);
+    const p = await startInProcess({ upstream: up.url, databaseUrl: `postgres://postgres@127.0.0.1:${relay.port}/postgres`, yaml: YAML });
+    try {
+      up.behave(answer());
+      const warm = await send(`${p.url}/orders/1`, { headers: { 'idempotency-key': 'pg-lost-warm', 'x-tenant': 'tenant-0' }, body: '{}' });
+      assert.equal(warm.status, 201);
+      const k = 'pg-lost-reply';
+      const lost = relay.loseNextReply('idem_commit_v1');
+      const r = await send(`${p.url}/orders/1`, { headers: { 'idempotency-key': k, 'x-tenant': 'tenant-0' }, body: '{"x":1}' }).catch((e: Error) => e);
+      await lost;
+      assert.ok(!(r instanceof Error), `the record is committed, so the client must get its answer (${(r as Error).message})`);
+      assert.equal(r.status, 201);
+      const fenced = (await p.metrics.leaseLost.get()).values.reduce((a, v) => a + v.value, 0);
+      assert.equal(fenced, 0, 'no lease was lost: the commit was ours');
+      assert.equal(up.executions(k), 1);
+    } finally {
+      await p.close();
+      await relay.close();
+    }
+  });
+});
