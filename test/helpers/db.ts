@@ -93,6 +93,8 @@ export async function createTestDatabase(opts: { migrated?: boolean } = {}): Pro
 /** Runs SQL against a test database (for assertions and time travel). */
 export async function sql<R = Record<string, unknown>>(url: string, text: string, values: unknown[] = []): Promise<R[]> {
   const client = new pg.Client({ connectionString: url });
+  // A database dropped under a still-running sampler must fail the query, not the process.
+  client.on('error', () => {});
   await client.connect();
   try {
     return (await client.query(text, values)).rows as R[];

@@ -143,8 +143,9 @@ describe('onInFlight: wait', () => {
     // idle inside an open transaction (a waiter parked in the database).
     let connections = 0;
     let parked = 0;
+    let sampling: Promise<unknown> = Promise.resolve();
     const watch = setInterval(() => {
-      void sql<{ busy: number; parked: number }>(db.url, `
+      sampling = sql<{ busy: number; parked: number }>(db.url, `
         SELECT count(*) FILTER (WHERE state <> 'idle')::int AS busy,
                count(*) FILTER (WHERE state LIKE 'idle in transaction%')::int AS parked
           FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'idempotency-proxy'`)
@@ -170,6 +171,7 @@ describe('onInFlight: wait', () => {
       assert.equal(parked, 0, 'no waiter holds a transaction open in the database');
     } finally {
       clearInterval(watch);
+      await sampling; // never leave a query running into the database's drop
       Object.assign(store, originals);
     }
   });
