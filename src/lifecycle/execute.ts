@@ -41,10 +41,17 @@ export async function execute(deps: LifecycleDeps, ctx: RequestContext, route: C
   );
   const t0 = performance.now();
   let call: UpstreamCall | null = null;
+  // The upstream exchange ends when its body does: the commit after it is
+  // store time, not upstream time, and the body timer has nothing left to bound.
+  const upstreamDone = (): void => {
+    call?.finish();
+    if (ctx.upstreamMs < 0) ctx.upstreamMs = performance.now() - t0;
+  };
   try {
     try {
       call = await callUpstream(deps.upstream, ctx.req, ctx.method, body);
     } catch (err) {
+      upstreamDone();
       await failedBeforeResponse(deps, ctx, route, claim, err as UpstreamError);
       return;
     }
@@ -55,11 +62,13 @@ export async function execute(deps: LifecycleDeps, ctx: RequestContext, route: C
       ctx.outcome = 'rejected';
       ctx.status = response.statusCode;
       await relay(ctx, response, null, call);
+      upstreamDone();
       return;
     }
     ctx.outcome = 'executed';
     ctx.status = response.statusCode;
     const stored = await relay(ctx, response, { route, claim }, call);
+    upstreamDone();
     if (stored === null) return;
     if ('failure' in stored) {
       // The body broke off after the headers: the outcome is unknown.
@@ -77,8 +86,7 @@ export async function execute(deps: LifecycleDeps, ctx: RequestContext, route: C
     }
     await commit(deps, ctx, route, claim, stored.record, stored.last);
   } finally {
-    call?.finish();
-    ctx.upstreamMs = performance.now() - t0;
+    upstreamDone();
     hb.stop();
     deps.metrics.inFlight.dec();
     deps.waiters.wake(waiterId(claim.tenantId, claim.key));
