@@ -4,8 +4,11 @@
 //   node dist/bench/load.js '{"mode":"cannon","origin":"http://127.0.0.1:N",...}'
 //
 // mode "cannon": optional warm-up run, key warming for replay plans, then the
-//   measured autocannon run; reports req/s, latency, statuses, errors and how
-//   many requests reached the upstream meanwhile.
+//   measured run; reports req/s, latency, statuses, errors and how many
+//   requests reached the upstream meanwhile. The runs use wrk (a child process,
+//   so it inherits this process's CPU pinning; lib/wrk.ts) or autocannon
+//   (in-process; lib/cannon.ts): spec.generator, else BENCH_LOAD, else wrk when
+//   it is on PATH.
 // mode "rss": opens N keep-alive sockets (see lib/rss-load.ts) and holds them
 //   until stdin closes.
 import { Pool } from 'undici';
@@ -14,7 +17,8 @@ import { isEntry } from './lib/cli-args.js';
 import { fixedKeys, keySequence } from './lib/keys.js';
 import { latencyRecorder } from './lib/latency.js';
 import { holdOpenConnections } from './lib/rss-load.js';
-import type { CannonResult, CannonSpec, LoadSpec } from './lib/types.js';
+import type { CannonResult, CannonSpec, LatencySummary, LoadGenerator, LoadSpec } from './lib/types.js';
+import { chooseGenerator, runWrk } from './lib/wrk.js';
 
 const WARM_CONCURRENCY = 50;
 
@@ -55,26 +59,50 @@ async function warmKeys(spec: CannonSpec, keys: readonly string[], passes: numbe
   return { status, errors };
 }
 
-async function cannon(spec: CannonSpec): Promise<CannonResult> {
-  const fixed = spec.keys.kind === 'fixed' ? `${spec.keyPrefix}-k` : null;
-  const warm = spec.keys.kind === 'fixed' ? await warmKeys(spec, fixedKeys(spec.keys.count, fixed ?? ''), spec.keys.warmPasses) : null;
-  const base = { origin: spec.origin, path: spec.path, connections: spec.connections, body: spec.body };
-  if (spec.warmupS > 0) {
-    await runCannon({ ...base, durationS: spec.warmupS, nextKey: keySequence(spec.keys, fixed ?? `${spec.keyPrefix}-w`), latency: null });
-  }
+interface LoadRun {
+  readonly durationS: number;
+  readonly responses: number;
+  readonly status: Record<string, number>;
+  readonly non2xx: number;
+  readonly errors: number;
+  readonly timeouts: number;
+  readonly latencyMs: LatencySummary;
+}
+
+/** One run of the chosen generator; `keyPrefix` as keySequence() takes it. */
+async function loadRun(generator: LoadGenerator, spec: CannonSpec, durationS: number, keyPrefix: string): Promise<LoadRun> {
+  const base = { origin: spec.origin, path: spec.path, connections: spec.connections, body: spec.body, durationS };
+  if (generator === 'wrk') return runWrk({ ...base, keys: spec.keys, keyPrefix });
   const latency = latencyRecorder();
-  const before = await upstreamCount(spec.statsUrl);
-  const run = await runCannon({ ...base, durationS: spec.durationS, nextKey: keySequence(spec.keys, fixed ?? `${spec.keyPrefix}-m`), latency });
-  const after = await upstreamCount(spec.statsUrl);
+  const run = await runCannon({ ...base, nextKey: keySequence(spec.keys, keyPrefix), latency });
   let non2xx = 0;
   for (const [code, count] of Object.entries(run.status)) if (code[0] !== '2') non2xx += count;
+  return { ...run, non2xx, latencyMs: latency.summary() };
+}
+
+function generatorFor(spec: CannonSpec): LoadGenerator {
+  if (spec.generator !== undefined) return spec.generator;
+  const { generator, note } = chooseGenerator(process.env);
+  if (note !== null) process.stderr.write(`load: ${note}\n`);
+  return generator;
+}
+
+async function cannon(spec: CannonSpec): Promise<CannonResult> {
+  const generator = generatorFor(spec);
+  const fixed = spec.keys.kind === 'fixed' ? `${spec.keyPrefix}-k` : null;
+  const warm = spec.keys.kind === 'fixed' ? await warmKeys(spec, fixedKeys(spec.keys.count, fixed ?? ''), spec.keys.warmPasses) : null;
+  if (spec.warmupS > 0) await loadRun(generator, spec, spec.warmupS, fixed ?? `${spec.keyPrefix}-w`);
+  const before = await upstreamCount(spec.statsUrl);
+  const run = await loadRun(generator, spec, spec.durationS, fixed ?? `${spec.keyPrefix}-m`);
+  const after = await upstreamCount(spec.statsUrl);
   return {
+    generator,
     rps: run.durationS > 0 ? Math.round(run.responses / run.durationS) : 0,
     responses: run.responses,
     durationS: run.durationS,
-    latencyMs: latency.summary(),
+    latencyMs: run.latencyMs,
     status: run.status,
-    non2xx,
+    non2xx: run.non2xx,
     errors: run.errors,
     timeouts: run.timeouts,
     upstreamCalls: before === null || after === null ? null : after - before,

@@ -46,7 +46,7 @@ async function main(): Promise<number> {
     opts,
     pin,
     children,
-    load: loadRunner(children, pin.prefix(LOAD_CPU), join(distRoot, 'bench', 'load.js')),
+    load: loadRunner(children, pin.prefix(LOAD_CPU), join(distRoot, 'bench', 'load.js'), opts.load),
     runId: `b${started.getTime().toString(36)}`,
     distRoot,
     projectRoot: process.env['BENCH_PROJECT_ROOT'] ?? process.cwd(),
@@ -70,6 +70,7 @@ async function main(): Promise<number> {
     });
   }
   log(`pinning: ${pin.enabled ? pin.reason : `off — ${pin.reason}`}`);
+  log(`load generator: ${opts.load}${opts.loadNote === null ? '' : ` — ${opts.loadNote}`}`);
   log(`${opts.reps} repetitions × ${opts.durationS} s (+${opts.warmupS} s warm-up) per scenario; logs in ${tmp}`);
 
   const plan = makePlan(opts);

@@ -3,7 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import type { Children } from './children.js';
-import type { CannonResult, CannonSpec, RssOpenReport, RssSpec } from './types.js';
+import type { CannonResult, CannonSpec, LoadGenerator, RssOpenReport, RssSpec } from './types.js';
 
 export interface LoadRunner {
   cannon(spec: CannonSpec): Promise<CannonResult>;
@@ -13,7 +13,8 @@ export interface LoadRunner {
 
 const SLACK_MS = 90_000; // warming, key warm-up, process start
 
-export function loadRunner(children: Children, pin: readonly string[], loadScript: string): LoadRunner {
+/** `generator` goes into every CannonSpec, so each load process uses the one the harness chose. */
+export function loadRunner(children: Children, pin: readonly string[], loadScript: string, generator: LoadGenerator): LoadRunner {
   const start = (spec: CannonSpec | RssSpec): ChildProcess => {
     const [file, ...args] = [...pin, process.execPath, loadScript, JSON.stringify(spec)];
     const cp = spawn(file!, args, { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
@@ -31,7 +32,7 @@ export function loadRunner(children: Children, pin: readonly string[], loadScrip
 
   return {
     cannon(spec) {
-      const cp = start(spec);
+      const cp = start({ ...spec, generator });
       const timer = killer(cp, (spec.durationS + spec.warmupS) * 1000 + SLACK_MS);
       let out = '';
       let err = '';

@@ -1,6 +1,8 @@
 // The harness's options: `--only a,b` on the command line, the rest from the
 // environment (BENCH_*). Validated once; everything else trusts them.
 import { ALIASES, allNames } from './scenarios.js';
+import type { LoadGenerator } from './types.js';
+import { chooseGenerator } from './wrk.js';
 
 export interface RunOptions {
   readonly only: ReadonlySet<string> | null; // null: everything
@@ -16,6 +18,8 @@ export interface RunOptions {
   readonly table: string | null;
   readonly rssSockets: number;
   readonly listOnly: boolean;
+  readonly load: LoadGenerator; // BENCH_LOAD, else wrk when on PATH, else autocannon
+  readonly loadNote: string | null; // why not wrk, when it fell back
 }
 
 const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]']);
@@ -57,6 +61,7 @@ export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv)
     if (a.startsWith('--') && !a.startsWith('--only') && a !== '--list') throw new Error(`unknown option ${a} (use --only a,b or --list)`);
   }
   const dbName = env['BENCH_DB'] ?? 'idem_bench';
+  const load = chooseGenerator(env);
   if (!/^[a-z_][a-z0-9_]{0,40}$/.test(dbName)) throw new Error(`BENCH_DB=${dbName}: lower-case letters, digits and _ only`);
   return {
     only: parseOnly(argv),
@@ -72,6 +77,8 @@ export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv)
     table: env['BENCH_TABLE'] ?? null,
     rssSockets: Math.round(int(env, 'BENCH_RSS_SOCKETS', 1000, 1, 5000)),
     listOnly: argv.includes('--list'),
+    load: load.generator,
+    loadNote: load.note,
   };
 }
 

@@ -24,13 +24,17 @@ export function commandLine(argv: readonly string[]): string {
 export function headerText(ctx: BenchContext, facts: RunFacts): string {
   const { opts, pin } = ctx;
   const { settings, commitProbe } = facts;
+  const loadText =
+    opts.load === 'wrk'
+      ? 'load: wrk -t1 with a Lua key plan (statuses: exact for the storm, else only < 400 / ≥ 400)'
+      : `load: autocannon${opts.loadNote === null ? '' : ' (wrk not on PATH)'}`;
   const pinText = pin.enabled ? 'servers on CPU 0, load on CPU 1 (taskset)' : `no CPU pinning (${pin.reason})`;
   const durability =
     settings === null ? '' : `; PostgreSQL ${settings['server_version'] ?? '?'} fsync=${settings['fsync'] ?? '?'} synchronous_commit=${settings['synchronous_commit'] ?? '?'}`;
   const lines = [
     `## idempotency-proxy benchmark — ${facts.started.toISOString().slice(0, 16).replace('T', ' ')} UTC`,
     '',
-    `\`${facts.command}\` — ${opts.reps} repetitions × ${opts.durationS} s (+${opts.warmupS} s warm-up), medians; ratios to the mean of the baseline runs just before and after each run; autocannon; ${pinText}; Node ${process.version}${durability}`,
+    `\`${facts.command}\` — ${opts.reps} repetitions × ${opts.durationS} s (+${opts.warmupS} s warm-up), medians; ratios to the mean of the baseline runs just before and after each run; ${loadText}; ${pinText}; Node ${process.version}${durability}`,
     '',
     `Machine load average (1 min) at start / end: ${facts.loadAtStart.toFixed(2)} / ${loadavg()[0]!.toFixed(2)} on ${availableParallelism()} CPUs — above ~2, other work shares the CPUs and absolute figures mean little.`,
   ];

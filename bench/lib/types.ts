@@ -8,8 +8,12 @@ export type KeyPlan =
   | { readonly kind: 'fixed'; readonly count: number; readonly warmPasses: number } // replays of warmed keys
   | { readonly kind: 'storm'; readonly dupes: number }; // `dupes` consecutive requests share a key
 
+/** The program that generates the load (BENCH_LOAD; see lib/wrk.ts). */
+export type LoadGenerator = 'wrk' | 'autocannon';
+
 export interface CannonSpec {
   readonly mode: 'cannon';
+  readonly generator?: LoadGenerator; // absent: load.ts chooses from BENCH_LOAD / PATH
   readonly origin: string; // http://127.0.0.1:NNNN
   readonly path: string;
   readonly connections: number;
@@ -41,13 +45,15 @@ export interface LatencySummary {
 }
 
 export interface CannonResult {
+  readonly generator: LoadGenerator;
   readonly rps: number; // every response counted, whatever its status
   readonly responses: number;
   readonly durationS: number;
   readonly latencyMs: LatencySummary; // every response, whatever its status
+  // wrk outside the storm plan knows only "> 399 or not": keys '2xx/3xx' and '4xx/5xx' (lib/wrk.ts)
   readonly status: Readonly<Record<string, number>>;
   readonly non2xx: number;
-  readonly errors: number;
+  readonly errors: number; // failed requests (connect/read/write errors, timeouts), not statuses
   readonly timeouts: number;
   readonly upstreamCalls: number | null; // upstream requests during the measured window
   readonly warm: { readonly status: Readonly<Record<string, number>>; readonly errors: number } | null;
