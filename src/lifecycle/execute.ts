@@ -224,7 +224,7 @@ async function commit(
   }
   const ms = performance.now() - t0;
   ctx.storeMs += ms;
-  deps.metrics.storeDuration.observe({ op: 'commit' }, ms / 1000);
+  deps.metrics.storeDuration.labels('commit').observe(ms / 1000);
   if (!outcome.committed) {
     // Our lease was taken over: the record is someone else's now.
     deps.metrics.leaseLost.inc({ route: route.name });

@@ -3,7 +3,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { checkFraming } from '../http/framing.js';
 import { Problems, sendProblem } from '../http/problems.js';
 import { sendReplay } from '../http/replay.js';
-import { keyHash } from '../log/logger.js';
+import { createRequestLog } from '../log/request-log.js';
 import type { CompiledRoute } from '../policy/router.js';
 import { StoreUnavailableError } from '../store/db/port.js';
 import type { ClaimOutcome, ClaimRequest } from '../store/records.js';
@@ -12,7 +12,7 @@ import { RequestContext } from './context.js';
 import type { LifecycleDeps } from './deps.js';
 import { execute } from './execute.js';
 import { identify } from './identify.js';
-import { passThrough } from './passthrough.js';
+import { passThrough, passThroughAsync } from './passthrough.js';
 import { waiterId } from './waiters.js';
 
 // The request lifecycle (docs/lifecycle.md):
@@ -25,10 +25,10 @@ export type Handler = (req: IncomingMessage, res: ServerResponse) => void;
 const noop = (): void => {};
 
 export function createHandler(deps: LifecycleDeps): Handler {
-  const { router, logger, metrics } = deps;
+  const { logger, metrics } = deps;
+  const requestLog = createRequestLog(logger);
 
-  // Metric children bound once per (route, outcome): the hot path skips
-  // prom-client's per-call label hashing.
+  // Metric children bound once per (route, outcome): no label lookup per request.
   type Bound = { count: { inc(): void }; duration: { observe(v: number): void }; upstream: { observe(v: number): void } };
   const bound = new Map<CompiledRoute | null, Map<string, Bound>>();
   const children = (route: CompiledRoute | null, outcome: string): Bound => {
@@ -48,63 +48,55 @@ export function createHandler(deps: LifecycleDeps): Handler {
   };
 
   const finish = (ctx: RequestContext): void => {
-    const routeName = ctx.route?.name ?? '(none)';
     const ms = ctx.elapsedMs();
     const m = children(ctx.route, ctx.outcome);
     m.count.inc();
     m.duration.observe(ms / 1000);
     if (ctx.upstreamMs >= 0) m.upstream.observe(ctx.upstreamMs / 1000);
-    if (logger.isLevelEnabled('info')) {
-      logger.info({
-        requestId: ctx.requestId,
-        route: routeName,
-        method: ctx.method,
-        path: ctx.path,
-        outcome: ctx.outcome,
-        status: ctx.status,
-        key: ctx.key === null ? undefined : keyHash(ctx.tenantId, ctx.key),
-        attempt: ctx.attempt || undefined,
-        released: ctx.released || undefined,
-        shadow: ctx.shadow ?? undefined,
-        cache: ctx.cache ?? undefined,
-        detail: ctx.detail ?? undefined,
-        ms: Math.round(ms * 1000) / 1000,
-        upstreamMs: ctx.upstreamMs >= 0 ? Math.round(ctx.upstreamMs * 1000) / 1000 : undefined,
-        storeMs: ctx.storeMs > 0 ? Math.round(ctx.storeMs * 1000) / 1000 : undefined,
-      }, 'request');
-    }
+    requestLog(ctx, ctx.route?.name ?? '(none)', ms);
+  };
+
+  const failed = (ctx: RequestContext, err: unknown): void => {
+    const res = ctx.res;
+    ctx.outcome = 'store_error';
+    ctx.detail = (err as Error)?.message ?? String(err);
+    logger.error({ requestId: ctx.requestId, err }, 'unexpected error');
+    if (!res.headersSent) {
+      ctx.status = 500;
+      sendProblem(res, Problems.internal, 'the proxy failed unexpectedly; the request may be retried with the same key', ctx.requestId);
+    } else res.destroy();
+    finish(ctx);
   };
 
   return (req, res) => {
     res.on('error', noop);
     const ctx = new RequestContext(req, res);
-    handle(deps, ctx).then(
-      () => finish(ctx),
-      (err: unknown) => {
-        ctx.outcome = 'store_error';
-        ctx.detail = (err as Error)?.message ?? String(err);
-        logger.error({ requestId: ctx.requestId, err }, 'unexpected error');
-        if (!res.headersSent) {
-          ctx.status = 500;
-          sendProblem(res, Problems.internal, 'the proxy failed unexpectedly; the request may be retried with the same key', ctx.requestId);
-        } else res.destroy();
+    try {
+      // Phase: framing. What the upstream could read differently never goes further.
+      const framing = checkFraming(req);
+      if (framing !== null) {
+        reject(ctx, framing.status, framing.problem, framing.detail, true);
         finish(ctx);
-      },
-    );
+        return;
+      }
+      // Phase: route. Requests no idempotent route takes are forwarded as
+      // they come, with no promise in between: the pass-through path is as
+      // short as a bare proxy's.
+      const route = deps.router.match(ctx.method, ctx.path);
+      ctx.route = route;
+      if (route === null || !route.idempotent || !route.idemMethods.has(ctx.method)) {
+        ctx.outcome = 'passthrough';
+        passThrough(deps, ctx, null, finish);
+        return;
+      }
+      handle(deps, ctx, route).then(() => finish(ctx), (err: unknown) => failed(ctx, err));
+    } catch (err) {
+      failed(ctx, err);
+    }
   };
 }
 
-async function handle(deps: LifecycleDeps, ctx: RequestContext): Promise<void> {
-  // Phase: framing. What the upstream could read differently never goes further.
-  const framing = checkFraming(ctx.req);
-  if (framing !== null) return reject(ctx, framing.status, framing.problem, framing.detail, true);
-  const route = deps.router.match(ctx.method, ctx.path);
-  ctx.route = route;
-  if (route === null || !route.idempotent || !route.idemMethods.has(ctx.method)) {
-    ctx.outcome = 'passthrough';
-    await passThrough(deps, ctx, null);
-    return;
-  }
+async function handle(deps: LifecycleDeps, ctx: RequestContext, route: CompiledRoute): Promise<void> {
   const policy = route.policy;
   const shadow = policy.mode === 'shadow';
 
@@ -137,7 +129,7 @@ async function handle(deps: LifecycleDeps, ctx: RequestContext): Promise<void> {
       return reject(ctx, 400, Problems.keyMissing, keyMissingDetail(route), false);
     }
     ctx.outcome = 'passthrough';
-    await passThrough(deps, ctx, body);
+    await passThroughAsync(deps, ctx, body);
     return;
   }
   ctx.key = id.key;
@@ -179,7 +171,7 @@ async function claim(deps: LifecycleDeps, ctx: RequestContext, route: CompiledRo
     const outcome = await deps.store.claim(req);
     const ms = performance.now() - t0;
     ctx.storeMs += ms;
-    deps.metrics.storeDuration.observe({ op: 'claim' }, ms / 1000);
+    deps.metrics.storeDuration.labels('claim').observe(ms / 1000);
     return outcome;
   } catch (err) {
     ctx.storeMs += performance.now() - t0;
@@ -189,7 +181,7 @@ async function claim(deps: LifecycleDeps, ctx: RequestContext, route: CompiledRo
     ctx.detail = err.message;
     if (route.policy.onStoreError === 'passthrough' || route.policy.mode === 'shadow') {
       // Availability over safety, as this route chose: forwarded undeduplicated.
-      await passThrough(deps, ctx, body);
+      await passThroughAsync(deps, ctx, body);
       ctx.outcome = 'store_error';
       return null;
     }
@@ -294,7 +286,7 @@ async function shadowForward(deps: LifecycleDeps, ctx: RequestContext, route: Co
   ctx.shadow = decision;
   deps.metrics.shadowDecisions.inc({ route: route.name, decision });
   ctx.outcome = 'passthrough';
-  await passThrough(deps, ctx, body);
+  await passThroughAsync(deps, ctx, body);
 }
 
 function reject(ctx: RequestContext, status: number, p: Parameters<typeof sendProblem>[1], detail: string, close: boolean): void {

@@ -1,6 +1,8 @@
 import type { IncomingMessage } from 'node:http';
-import { streamUpstream } from '../proxy/forward.js';
+import type { Writable } from 'node:stream';
+import type { Dispatcher } from 'undici';
 import { clientResponseHeaders } from '../proxy/headers.js';
+import { streamUpstream } from '../proxy/forward.js';
 import type { UpstreamError } from '../proxy/upstream.js';
 import { Problems, sendProblem } from '../http/problems.js';
 import type { RequestContext } from './context.js';
@@ -10,31 +12,40 @@ import type { LifecycleDeps } from './deps.js';
 // requests, passthrough routes, methods outside the route's `methods`, and
 // (with the body already buffered) unkeyed or shadowed requests.
 
-export async function passThrough(deps: LifecycleDeps, ctx: RequestContext, body: Buffer | null): Promise<void> {
+export function passThrough(deps: LifecycleDeps, ctx: RequestContext, body: Buffer | null, done: (ctx: RequestContext) => void): void {
   const req = ctx.req;
   let source: Buffer | IncomingMessage | null = body;
   if (source === null && (req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined)) {
     source = req;
   }
-  const t0 = performance.now();
-  const res = ctx.res;
-  try {
-    await streamUpstream(deps.upstream, req, ctx.method, source, (statusCode, headers) => {
-      ctx.status = statusCode;
-      if (!res.destroyed) res.writeHead(statusCode, clientResponseHeaders(headers));
-      return res;
-    });
-  } catch (err) {
-    const e = err as UpstreamError;
-    if (!res.headersSent) upstreamFailure(ctx, e);
-    else {
-      ctx.outcome = 'upstream_error';
-      ctx.detail = e.message;
-      res.destroy();
+  ctx.upstreamStart = performance.now();
+  streamUpstream(deps.upstream, req, ctx.method, source, relayHead, ctx, (e) => {
+    ctx.upstreamMs = performance.now() - ctx.upstreamStart;
+    if (e !== null) {
+      const res = ctx.res;
+      if (!res.headersSent) upstreamFailure(ctx, e);
+      else {
+        ctx.outcome = 'upstream_error';
+        ctx.detail = e.message;
+        res.destroy();
+      }
     }
-  } finally {
-    ctx.upstreamMs = performance.now() - t0;
-  }
+    done(ctx);
+  });
+}
+
+/** The upstream answered: its status and headers go to the client, the body follows. */
+function relayHead(data: Dispatcher.StreamFactoryData<RequestContext>): Writable {
+  const ctx = data.opaque;
+  const res = ctx.res;
+  ctx.status = data.statusCode;
+  if (!res.destroyed) res.writeHead(data.statusCode, clientResponseHeaders(data.headers));
+  return res;
+}
+
+/** passThrough for the async phases (unkeyed, shadow, store-error requests). */
+export function passThroughAsync(deps: LifecycleDeps, ctx: RequestContext, body: Buffer | null): Promise<void> {
+  return new Promise((resolve) => passThrough(deps, ctx, body, () => resolve()));
 }
 
 export function upstreamFailure(ctx: RequestContext, e: UpstreamError): void {

@@ -1,7 +1,10 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type LabelValues } from 'prom-client';
+import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { FastCounter, FastHistogram } from './fast.js';
 
 // Our own registry (no prom-client globals). One name per phase, as in the
-// logs and docs/operations.md.
+// logs and docs/operations.md. Counters and histograms are the light ones of
+// ./fast.ts (the request path updates several per request); gauges and the
+// process metrics are prom-client's.
 
 export type Outcome =
   | 'executed' | 'replayed' | 'conflict' | 'mismatch' | 'rejected'
@@ -9,39 +12,41 @@ export type Outcome =
 
 export interface Metrics {
   readonly registry: Registry;
-  readonly requests: Counter<'route' | 'outcome'>;
-  readonly requestDuration: Histogram<'route' | 'outcome'>;
-  readonly upstreamDuration: Histogram<'route'>;
-  readonly storeDuration: Histogram<'op'>;
-  readonly storeErrors: Counter<'op'>;
-  readonly cache: Counter<'result'>;
+  readonly requests: FastCounter<'route' | 'outcome'>;
+  readonly requestDuration: FastHistogram<'route' | 'outcome'>;
+  readonly upstreamDuration: FastHistogram<'route'>;
+  readonly storeDuration: FastHistogram<'op'>;
+  readonly storeErrors: FastCounter<'op'>;
+  readonly cache: FastCounter<'result'>;
   readonly cacheBreakerOpen: Gauge;
   readonly inFlight: InFlightGauge;
-  readonly leaseTakeovers: Counter<'route'>;
-  readonly leaseLost: Counter<'route'>;
-  readonly sweeperDeleted: Counter;
-  readonly shadowDecisions: Counter<'route' | 'decision'>;
-  readonly batchSize: Histogram<'statement'>;
+  readonly leaseTakeovers: FastCounter<'route'>;
+  readonly leaseLost: FastCounter<'route'>;
+  readonly sweeperDeleted: FastCounter;
+  readonly shadowDecisions: FastCounter<'route' | 'decision'>;
+  readonly batchSize: FastHistogram<'statement'>;
 }
 
 /**
  * The keys-in-flight gauge, also readable synchronously: graceful shutdown
  * waits for it to reach zero (every claimed request committed or released).
+ * A plain number on the request path; prom-client reads it when scraped.
  */
-export class InFlightGauge extends Gauge {
+export class InFlightGauge {
   #count = 0;
   #idle: Array<() => void> = [];
 
-  override inc(a?: LabelValues<string> | number, b?: number): void {
-    if (typeof a === 'object') super.inc(a, b);
-    else super.inc(a);
-    this.#count += typeof a === 'number' ? a : b ?? 1;
+  constructor(cfg: { name: string; help: string; registers: Registry[] }) {
+    const self = this;
+    new Gauge({ ...cfg, collect() { this.set(self.#count); } });
   }
 
-  override dec(a?: LabelValues<string> | number, b?: number): void {
-    if (typeof a === 'object') super.dec(a, b);
-    else super.dec(a);
-    this.#count -= typeof a === 'number' ? a : b ?? 1;
+  inc(): void {
+    this.#count++;
+  }
+
+  dec(): void {
+    this.#count--;
     if (this.#count <= 0 && this.#idle.length > 0) for (const fn of this.#idle.splice(0)) fn();
   }
 
@@ -64,18 +69,18 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
   const registers = [registry];
   return {
     registry,
-    requests: new Counter({ name: 'idempotency_proxy_requests_total', help: 'Requests by route and outcome', labelNames: ['route', 'outcome'], registers }),
-    requestDuration: new Histogram({ name: 'idempotency_proxy_request_duration_seconds', help: 'Whole request, from first byte to response end', labelNames: ['route', 'outcome'], buckets: LATENCY_BUCKETS, registers }),
-    upstreamDuration: new Histogram({ name: 'idempotency_proxy_upstream_duration_seconds', help: 'Upstream exchange, request sent to response end', labelNames: ['route'], buckets: LATENCY_BUCKETS, registers }),
-    storeDuration: new Histogram({ name: 'idempotency_proxy_store_duration_seconds', help: 'Key store operations', labelNames: ['op'], buckets: LATENCY_BUCKETS, registers }),
-    storeErrors: new Counter({ name: 'idempotency_proxy_store_errors_total', help: 'Key store operations that failed', labelNames: ['op'], registers }),
-    cache: new Counter({ name: 'idempotency_proxy_cache_total', help: 'Redis lookaside results: hit, miss, error, skipped (breaker open)', labelNames: ['result'], registers }),
+    requests: new FastCounter({ name: 'idempotency_proxy_requests_total', help: 'Requests by route and outcome', labelNames: ['route', 'outcome'], registers }),
+    requestDuration: new FastHistogram({ name: 'idempotency_proxy_request_duration_seconds', help: 'Whole request, from first byte to response end', labelNames: ['route', 'outcome'], buckets: LATENCY_BUCKETS, registers }),
+    upstreamDuration: new FastHistogram({ name: 'idempotency_proxy_upstream_duration_seconds', help: 'Upstream exchange, request sent to response end', labelNames: ['route'], buckets: LATENCY_BUCKETS, registers }),
+    storeDuration: new FastHistogram({ name: 'idempotency_proxy_store_duration_seconds', help: 'Key store operations', labelNames: ['op'], buckets: LATENCY_BUCKETS, registers }),
+    storeErrors: new FastCounter({ name: 'idempotency_proxy_store_errors_total', help: 'Key store operations that failed', labelNames: ['op'], registers }),
+    cache: new FastCounter({ name: 'idempotency_proxy_cache_total', help: 'Redis lookaside results: hit, miss, error, skipped (breaker open)', labelNames: ['result'], registers }),
     cacheBreakerOpen: new Gauge({ name: 'idempotency_proxy_cache_breaker_open', help: '1 while the Redis circuit breaker is open', registers }),
     inFlight: new InFlightGauge({ name: 'idempotency_proxy_keys_in_flight', help: 'Keys this instance holds claimed right now', registers }),
-    leaseTakeovers: new Counter({ name: 'idempotency_proxy_lease_takeovers_total', help: 'Claims that took over an expired lease (a previous holder crashed or stalled)', labelNames: ['route'], registers }),
-    leaseLost: new Counter({ name: 'idempotency_proxy_lease_lost_total', help: 'Commits or extensions fenced out because the lease was taken over', labelNames: ['route'], registers }),
-    sweeperDeleted: new Counter({ name: 'idempotency_proxy_sweeper_deleted_total', help: 'Expired records deleted by the sweeper', registers }),
-    shadowDecisions: new Counter({ name: 'idempotency_proxy_shadow_decisions_total', help: 'What enforcement would have done on shadow routes', labelNames: ['route', 'decision'], registers }),
-    batchSize: new Histogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
+    leaseTakeovers: new FastCounter({ name: 'idempotency_proxy_lease_takeovers_total', help: 'Claims that took over an expired lease (a previous holder crashed or stalled)', labelNames: ['route'], registers }),
+    leaseLost: new FastCounter({ name: 'idempotency_proxy_lease_lost_total', help: 'Commits or extensions fenced out because the lease was taken over', labelNames: ['route'], registers }),
+    sweeperDeleted: new FastCounter({ name: 'idempotency_proxy_sweeper_deleted_total', help: 'Expired records deleted by the sweeper', registers }),
+    shadowDecisions: new FastCounter({ name: 'idempotency_proxy_shadow_decisions_total', help: 'What enforcement would have done on shadow routes', labelNames: ['route', 'decision'], registers }),
+    batchSize: new FastHistogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
   };
 }

@@ -4,12 +4,14 @@ import { KeyStore, type KeyStoreOptions } from '../store/key-store.js';
 
 // The key store with the latency of the operations the lifecycle does not
 // time itself: release and lease extension (claim and commit are timed in
-// src/lifecycle/, next to their retries). Failed extensions are counted here:
-// the heartbeat only logs them.
+// src/lifecycle/, next to their retries), and the size of every batched
+// statement. Failed extensions are counted here: the heartbeat only logs them.
 
 export class InstrumentedKeyStore extends KeyStore {
   constructor(db: Db, private readonly metrics: Metrics, opts: KeyStoreOptions = {}) {
-    super(db, opts);
+    const claimRows = metrics.batchSize.labels('claim');
+    const commitRows = metrics.batchSize.labels('commit');
+    super(db, { ...opts, onBatch: (statement, rows) => (statement === 'claim' ? claimRows : commitRows).observe(rows) });
   }
 
   override async release(tenantId: string, key: string, ownerToken: string): Promise<void> {

@@ -2,7 +2,7 @@ import type { IncomingMessage } from 'node:http';
 import type { Writable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Upstream } from './upstream.js';
-import { TimeoutSignal, classify } from './upstream.js';
+import { TimeoutSignal, classify, type UpstreamError } from './upstream.js';
 import { upstreamRequestHeaders } from './headers.js';
 
 // Sends one request to the upstream. `upstream.timeout` bounds the exchange:
@@ -52,23 +52,27 @@ export async function callUpstream(
 
 /**
  * Streams an exchange straight into a Writable (the pass-through path: no
- * body collected, no stream pipeline). `factory` gets status and headers and
- * returns where the body goes. Bounded by undici's headers and body
- * timeouts (upstream.timeout each). Errors come out classified.
+ * body collected, no stream pipeline, no promise). `factory` gets status,
+ * headers and `opaque` and returns where the body goes; `done` is called once, with the
+ * classified error if the exchange failed. Bounded by undici's headers and
+ * body timeouts (upstream.timeout each).
  */
-export async function streamUpstream(
+export function streamUpstream<T>(
   upstream: Upstream,
   req: IncomingMessage,
   method: string,
   body: Buffer | IncomingMessage | null,
-  factory: (statusCode: number, headers: Record<string, string | string[] | undefined>) => Writable,
-): Promise<void> {
+  factory: (data: Dispatcher.StreamFactoryData<T>) => Writable,
+  opaque: T,
+  done: (err: UpstreamError | null) => void,
+): void {
   try {
-    await upstream.pool.stream(
-      { origin: upstream.origin, path: req.url ?? '/', method: method as Dispatcher.HttpMethod, headers: forwardHeaders(req, body), body },
-      (data) => factory(data.statusCode, data.headers),
+    upstream.pool.stream(
+      { origin: upstream.origin, path: req.url ?? '/', method: method as Dispatcher.HttpMethod, headers: forwardHeaders(req, body), body, opaque },
+      factory,
+      (err) => done(err === null ? null : classify(err)),
     );
   } catch (err) {
-    throw classify(err);
+    done(classify(err));
   }
 }

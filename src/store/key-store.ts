@@ -14,6 +14,8 @@ export interface KeyStoreOptions {
   readonly maxBatch?: number;
   /** Statements of one kind in flight at once (each on its own connection). */
   readonly maxInFlight?: number;
+  /** Told the size of every claim or commit statement sent (rows in it). */
+  readonly onBatch?: (statement: 'claim' | 'commit', rows: number) => void;
 }
 
 interface ClaimRow {
@@ -53,8 +55,10 @@ export class ClaimRaceError extends Error {
 export class KeyStore {
   private readonly claims: Batcher<ClaimRequest, RawClaim>;
   private readonly commits: Batcher<CommitRequest, CommitOutcome>;
+  private readonly onBatch: KeyStoreOptions['onBatch'];
 
   constructor(private readonly db: Db, opts: KeyStoreOptions = {}) {
+    this.onBatch = opts.onBatch;
     const maxBatch = opts.maxBatch ?? 256;
     const maxInFlight = opts.maxInFlight ?? (db.singleInstance ? 1 : 2);
     this.claims = new Batcher({
@@ -167,6 +171,7 @@ export class KeyStore {
       owners[j] = c.ownerToken; leases[j] = c.leaseMs; ttls[j] = c.ttlMs;
       policies[j] = c.onExpiredLease; routes[j] = c.route; methods[j] = c.method; paths[j] = c.path;
     }
+    this.onBatch?.('claim', m);
     const rows = await this.db.query<ClaimRow>(claimStatement, [
       tenants, keys, fps, owners, leases, ttls, policies, routes, methods, paths,
     ]);
@@ -198,6 +203,7 @@ export class KeyStore {
       bodies[i] = c.response.body.toString('hex'); retained[i] = c.response.bodyRetained;
       sizes[i] = c.response.bodySize;
     }
+    this.onBatch?.('commit', n);
     const rows = await this.db.query<{ tenant_id: string; idem_key: string; ttl_left_ms: number }>(commitStatement, [
       tenants, keys, owners, statuses, headers, bodies, retained, sizes,
     ]);
