@@ -55,17 +55,22 @@ export function createPgDb(opts: PgDbOptions): Db {
     statement_timeout: opts.statementTimeoutMs ?? 30_000,
     keepAlive: true,
     application_name: 'idempotency-proxy',
-    // Plan every execution of the named statements for its own parameters.
-    // Otherwise PostgreSQL caches a generic plan after five executions, and a
-    // plan made while the table was empty or small (a new deployment, a fresh
-    // database) joins the batch input by a sequential scan of the whole
-    // table: claims and commits slow down as the table grows, until the next
-    // auto-analyze (bench/soak.ts: claim time rising 10 → 26 ms within a
-    // minute, throughput halving). Planning these statements costs far less.
-    // Run before the pool hands the connection out; a server without the
-    // setting (< 12) refuses it and keeps its default.
+    // Every statement of the proxy finds its rows by key (the primary key)
+    // or by expiry (its index); a sequential scan of idempotency_keys is never
+    // the right plan for them, whatever the statistics say. Left to itself,
+    // PostgreSQL caches a generic plan after five executions, and a plan made
+    // while the table was empty or small (a new deployment, a fresh
+    // database) joined the batch input by a sequential scan of the whole
+    // table: claims and commits slowed down as the table grew (bench/soak.ts:
+    // claim time rising 10 → 26 ms within a minute, throughput halving).
+    // With sequential scans ruled out on these sessions, the generic plan is
+    // the index plan, and it is made once per connection instead of once per
+    // execution (planning the claim for each batch cost PostgreSQL about as
+    // much CPU as running it). Set before the pool hands the connection out;
+    // a server without plan_cache_mode (< 12) keeps its default there.
     onConnect: async (client: pg.ClientBase) => {
-      await client.query('SET plan_cache_mode = force_custom_plan').catch(() => {});
+      await client.query('SET enable_seqscan = off').catch(() => {});
+      await client.query('SET plan_cache_mode = force_generic_plan').catch(() => {});
     },
   });
   // An idle client losing its connection must not crash the process.
