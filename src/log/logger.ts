@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import pino, { type Logger, type DestinationStream } from 'pino';
 
 export type { Logger };
@@ -68,5 +68,5 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
 
 /** Keys appear in logs only as a short hash. */
 export function keyHash(tenantId: string, key: string): string {
-  return createHash('sha256').update(tenantId).update('\u0000').update(key).digest('hex').slice(0, 12);
+  return hash('sha256', `${tenantId}\u0000${key}`, 'hex').slice(0, 12);
 }
