@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 // Entry point: the only place that touches argv, process.exit and signals.
+import './v8-flags.js'; // first: V8 settings before any other module runs
 import { hideBin } from 'yargs/helpers';
 import { runCli } from './cli/index.js';
 
