@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Writable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { clientResponseHeaders } from '../proxy/headers.js';
@@ -23,7 +23,10 @@ export function passThrough(deps: LifecycleDeps, ctx: RequestContext, body: Buff
     ctx.upstreamMs = performance.now() - ctx.upstreamStart;
     if (e !== null) {
       const res = ctx.res;
-      if (!res.headersSent) upstreamFailure(ctx, e);
+      if (clientLeft(e, res)) {
+        // Not an upstream failure, and not counted as one.
+        ctx.detail = 'the client closed the connection before the response was complete';
+      } else if (!res.headersSent) upstreamFailure(ctx, e);
       else {
         ctx.outcome = 'upstream_error';
         ctx.detail = e.message;
@@ -32,6 +35,16 @@ export function passThrough(deps: LifecycleDeps, ctx: RequestContext, body: Buff
     }
     done(ctx);
   });
+}
+
+/**
+ * The response closed before it was finished and nothing destroyed it with
+ * an error: the client went away (undici then stops reading). When the
+ * upstream breaks off instead, undici destroys the response with its socket
+ * error, and the close it reports looks the same.
+ */
+function clientLeft(e: UpstreamError, res: ServerResponse): boolean {
+  return (e.cause as { code?: string } | undefined)?.code === 'ERR_STREAM_PREMATURE_CLOSE' && res.errored == null;
 }
 
 /** The upstream answered: its status and headers go to the client, the body follows. */

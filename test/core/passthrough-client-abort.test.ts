@@ -1,0 +1,89 @@
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import type { RunningProxy } from '../../src/app.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { captureLogger, waitFor } from './support.js';
+
+// A client that hangs up in the middle of a pass-through response is the
+// client's doing: the request is logged and counted as passthrough (with a
+// detail saying so), not as an upstream error that would alert whoever
+// watches idempotency_proxy_requests_total{outcome="upstream_error"}. An
+// upstream that breaks off its own response still is an upstream error.
+
+const yaml = `
+routes:
+  - name: files
+    match: { path: "/files/**" }
+    mode: passthrough
+`;
+
+describe('pass-through: who broke the response off', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let proxy: RunningProxy;
+  const log = captureLogger('info');
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startUpstream(async (req, _n, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      res.write(Buffer.alloc(1024, 1));
+      await new Promise((r) => setTimeout(r, 400));
+      if (req.url === '/files/upstream-breaks') {
+        res.socket?.destroy();
+        return;
+      }
+      res.end(Buffer.alloc(1024, 2));
+    });
+    proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml, logger: log.logger });
+  });
+  after(async () => {
+    await proxy.close();
+    await upstream.close();
+    await db.drop();
+  });
+
+  const outcomes = async (): Promise<Record<string, number>> => {
+    const text = await proxy.metrics.registry.metrics();
+    const out: Record<string, number> = {};
+    for (const m of text.matchAll(/^idempotency_proxy_requests_total\{route="files",outcome="([a-z_]+)"\} (\d+)$/gm)) out[m[1]!] = Number(m[2]);
+    return out;
+  };
+  const requestLine = (path: string): Promise<Record<string, unknown>> =>
+    waitFor(`the request line of ${path}`, () => {
+      for (const l of log.lines) {
+        const j = JSON.parse(l) as Record<string, unknown>;
+        if (j.msg === 'request' && j.path === path) return j;
+      }
+      return undefined;
+    });
+  const get = (path: string, leaveAfterFirstChunk: boolean): Promise<void> => {
+    const u = new URL(proxy.url);
+    return new Promise<void>((resolve) => {
+      const s = net.connect(Number(u.port), u.hostname, () => s.write(`GET ${path} HTTP/1.1\r\nHost: x\r\n\r\n`));
+      s.once('data', () => {
+        if (leaveAfterFirstChunk) s.destroy();
+      });
+      s.on('close', () => resolve());
+      s.on('error', () => resolve());
+    });
+  };
+
+  test('the client hangs up after the first chunk: passthrough, with the reason', async () => {
+    await get('/files/client-leaves', true);
+    const line = await requestLine('/files/client-leaves');
+    assert.equal(line.outcome, 'passthrough', JSON.stringify(line));
+    assert.match(String(line.detail), /client closed the connection/);
+    await waitFor('the request to be counted', async () => ((await outcomes()).passthrough ?? 0) >= 1 ? true : undefined);
+    assert.equal((await outcomes()).upstream_error ?? 0, 0, 'not counted as an upstream error');
+  });
+
+  test('the upstream breaks its response off: still an upstream error', async () => {
+    await get('/files/upstream-breaks', false);
+    const line = await requestLine('/files/upstream-breaks');
+    assert.equal(line.outcome, 'upstream_error', JSON.stringify(line));
+    assert.equal((await outcomes()).upstream_error, 1);
+  });
+});
