@@ -90,12 +90,12 @@ export class IdempotentClient {
         case 'aborted':
           throw new AbortedError({ ...ctx(), cause: result.reason });
         case 'timeout':
-          [lastResponse, lastError] = [undefined, result.error];
+          lastError = result.error; // lastResponse stays: the last retryable answer, if any
           if (deadlineBound) throw new DeadlineExceededError(op.deadlineMs, ctx());
           event = { reason: 'timeout', error: result.error };
           break;
         case 'error':
-          [lastResponse, lastError] = [undefined, result.error];
+          lastError = result.error; // lastResponse stays: the last retryable answer, if any
           if (!isRetryableError(result.error)) throw new RequestFailedError(ctx());
           event = { reason: 'network', error: result.error };
           break;

@@ -21,6 +21,8 @@ describe('deadline, attempt timeout and cancellation', () => {
         case '/hang':
         case '/hang-abort':
           return void hanging.push(res);
+        case '/503-then-hang':
+          return n === 1 ? reply(res, 503) : void hanging.push(res);
         case '/hang-once':
           return n === 1 ? void hanging.push(res) : reply(res, 201, { n });
         case '/slow-409':
@@ -51,6 +53,20 @@ describe('deadline, attempt timeout and cancellation', () => {
         return true;
       });
       assert.ok(performance.now() - started < 1_000, `took ${Math.round(performance.now() - started)} ms`);
+    } finally {
+      await c.close();
+    }
+  });
+
+  test('an attempt cut by the deadline keeps the last answer seen as lastResponse', async () => {
+    const c = client({ deadlineMs: 400, attemptTimeoutMs: 10_000 });
+    try {
+      await assert.rejects(c.post('/503-then-hang'), (err: unknown) => {
+        assert.ok(err instanceof DeadlineExceededError);
+        assert.equal(err.attempts, 2);
+        assert.equal(err.lastResponse?.status, 503, 'the 503 of the first attempt (docs/clients.md: the last retryable answer)');
+        return true;
+      });
     } finally {
       await c.close();
     }
