@@ -21,8 +21,6 @@ export class RequestContext {
   key: string | null = null;
   ownerToken: string | null = null;
   attempt = 0;
-  /** performance.now() when the upstream call started. */
-  upstreamStart = 0;
   upstreamMs = -1;
   storeMs = 0;
   detail: string | null = null;

@@ -18,9 +18,9 @@ export function passThrough(deps: LifecycleDeps, ctx: RequestContext, body: Buff
   if (source === null && (req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined)) {
     source = req;
   }
-  ctx.upstreamStart = performance.now();
+  const t0 = performance.now();
   streamUpstream(deps.upstream, req, ctx.method, source, relayHead, ctx, (e) => {
-    ctx.upstreamMs = performance.now() - ctx.upstreamStart;
+    ctx.upstreamMs = performance.now() - t0;
     if (e !== null) {
       const res = ctx.res;
       if (clientLeft(e, res)) {

@@ -158,9 +158,9 @@ export class FastHistogram<L extends string = string> extends FastMetric<L, Hist
       let acc = 0;
       for (let i = 0; i < this.bounds.length; i++) {
         acc += c.counts[i]!;
-        out.push({ labels: { ...c.labels, le: this.bounds[i]! }, value: acc, metricName: bucket });
+        out.push({ labels: { le: this.bounds[i]!, ...c.labels }, value: acc, metricName: bucket }); // le first, as prom-client writes it
       }
-      out.push({ labels: { ...c.labels, le: '+Inf' }, value: c.count, metricName: bucket });
+      out.push({ labels: { le: '+Inf', ...c.labels }, value: c.count, metricName: bucket });
       out.push({ labels: { ...c.labels }, value: c.sum, metricName: `${this.name}_sum` });
       out.push({ labels: { ...c.labels }, value: c.count, metricName: `${this.name}_count` });
     }
