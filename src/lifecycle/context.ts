@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Outcome } from '../metrics/metrics.js';
 import type { CompiledRoute } from '../policy/router.js';
@@ -10,7 +11,7 @@ const REQUEST_ID_RE = /^[\x21-\x7e]{1,128}$/;
 
 export class RequestContext {
   readonly requestId: string;
-  readonly start = process.hrtime.bigint();
+  readonly start = performance.now();
   readonly method: string;
   readonly path: string;
   readonly query: string;
@@ -22,6 +23,7 @@ export class RequestContext {
   ownerToken: string | null = null;
   attempt = 0;
   upstreamMs = -1;
+  upstreamStart = 0; // performance.now() when the request went upstream
   storeMs = 0;
   detail: string | null = null;
   shadow: string | null = null;
@@ -39,6 +41,6 @@ export class RequestContext {
   }
 
   elapsedMs(): number {
-    return Number(process.hrtime.bigint() - this.start) / 1e6;
+    return performance.now() - this.start;
   }
 }

@@ -12,7 +12,7 @@ import { RequestContext } from './context.js';
 import type { LifecycleDeps } from './deps.js';
 import { execute } from './execute.js';
 import { identify } from './identify.js';
-import { passThrough, passThroughAsync } from './passthrough.js';
+import { passThrough, passThroughAsync, passThroughSink } from './passthrough.js';
 import { waiterId } from './waiters.js';
 
 // The request lifecycle (docs/lifecycle.md):
@@ -31,7 +31,12 @@ export function createHandler(deps: LifecycleDeps): Handler {
   // Metric children bound once per (route, outcome): no label lookup per request.
   type Bound = { count: { inc(): void }; duration: { observe(v: number): void }; upstream: { observe(v: number): void } };
   const bound = new Map<CompiledRoute | null, Map<string, Bound>>();
+  let lastRoute: CompiledRoute | null | undefined;
+  let lastOutcome = '';
+  let lastBound: Bound | null = null;
   const children = (route: CompiledRoute | null, outcome: string): Bound => {
+    // Under load most requests share their route and outcome with the one before.
+    if (route === lastRoute && outcome === lastOutcome && lastBound !== null) return lastBound;
     let byOutcome = bound.get(route);
     if (byOutcome === undefined) bound.set(route, (byOutcome = new Map()));
     let b = byOutcome.get(outcome);
@@ -44,6 +49,9 @@ export function createHandler(deps: LifecycleDeps): Handler {
       };
       byOutcome.set(outcome, b);
     }
+    lastRoute = route;
+    lastOutcome = outcome;
+    lastBound = b;
     return b;
   };
 
@@ -55,6 +63,7 @@ export function createHandler(deps: LifecycleDeps): Handler {
     if (ctx.upstreamMs >= 0) m.upstream.observe(ctx.upstreamMs / 1000);
     requestLog(ctx, ctx.route?.name ?? '(none)', ms);
   };
+  const passSink = passThroughSink(finish);
 
   const failed = (ctx: RequestContext, err: unknown): void => {
     const res = ctx.res;
@@ -86,7 +95,7 @@ export function createHandler(deps: LifecycleDeps): Handler {
       ctx.route = route;
       if (route === null || !route.idempotent || !route.idemMethods.has(ctx.method)) {
         ctx.outcome = 'passthrough';
-        passThrough(deps, ctx, null, finish);
+        passThrough(deps, ctx, null, passSink);
         return;
       }
       handle(deps, ctx, route).then(() => finish(ctx), (err: unknown) => failed(ctx, err));

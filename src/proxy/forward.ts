@@ -1,15 +1,15 @@
 import type { IncomingMessage } from 'node:http';
-import type { Writable } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import type { Upstream } from './upstream.js';
-import { TimeoutSignal, classify, type UpstreamError } from './upstream.js';
+import { TimeoutSignal, classify } from './upstream.js';
 import { upstreamRequestHeaders } from './headers.js';
 
 // Sends one request to the upstream. `upstream.timeout` bounds the exchange:
 // undici's headersTimeout bounds the wait for the answer, and the rest of the
 // budget bounds the body — a plain timer that destroys the body stream, no
 // AbortController per request (an EventTarget is costly on the hot path).
-// Errors come out classified (UpstreamError).
+// Errors come out classified (UpstreamError). The pass-through path relays
+// with its own dispatch handler instead (relay.ts).
 
 export interface UpstreamCall {
   readonly response: Dispatcher.ResponseData;
@@ -17,7 +17,8 @@ export interface UpstreamCall {
   finish(): void;
 }
 
-function forwardHeaders(req: IncomingMessage, body: Buffer | IncomingMessage | null): string[] {
+/** The request headers for the upstream (headers.ts rules) from what the client sent. */
+export function forwardHeaders(req: IncomingMessage, body: Buffer | IncomingMessage | null): string[] {
   const socket = req.socket;
   return upstreamRequestHeaders(req.rawHeaders, req.headers, {
     clientIp: socket.remoteAddress ?? '',
@@ -48,31 +49,4 @@ export async function callUpstream(
   const left = Math.max(1, upstream.timeoutMs - (performance.now() - started));
   const timer = setTimeout(() => response.body.destroy(new TimeoutSignal(upstream.timeoutMs)), left);
   return { response, finish: () => clearTimeout(timer) };
-}
-
-/**
- * Streams an exchange straight into a Writable (the pass-through path: no
- * body collected, no stream pipeline, no promise). `factory` gets status,
- * headers and `opaque` and returns where the body goes; `done` is called once, with the
- * classified error if the exchange failed. Bounded by undici's headers and
- * body timeouts (upstream.timeout each).
- */
-export function streamUpstream<T>(
-  upstream: Upstream,
-  req: IncomingMessage,
-  method: string,
-  body: Buffer | IncomingMessage | null,
-  factory: (data: Dispatcher.StreamFactoryData<T>) => Writable,
-  opaque: T,
-  done: (err: UpstreamError | null) => void,
-): void {
-  try {
-    upstream.pool.stream(
-      { origin: upstream.origin, path: req.url ?? '/', method: method as Dispatcher.HttpMethod, headers: forwardHeaders(req, body), body, opaque },
-      factory,
-      (err) => done(err === null ? null : classify(err)),
-    );
-  } catch (err) {
-    done(classify(err));
-  }
 }

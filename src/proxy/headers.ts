@@ -34,6 +34,19 @@ export function compileStoredHeaders(add: readonly string[], drop: readonly stri
   };
 }
 
+/**
+ * The lengths of every header name a forwarding rule looks at (hop-by-hop,
+ * X-Forwarded-*, Expect, Content-Length). A name of any other length is passed
+ * on as it is, without lowercasing and looking it up: most headers.
+ */
+const WATCHED_LENGTHS: readonly boolean[] = (() => {
+  const out: boolean[] = [];
+  for (const n of [...HOP_BY_HOP, 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'expect', 'content-length']) out[n.length] = true;
+  for (let i = 0; i < out.length; i++) out[i] ??= false;
+  return out;
+})();
+const watched = (name: string): boolean => WATCHED_LENGTHS[name.length] === true;
+
 /** Names listed in a Connection header are hop-by-hop for that message. */
 function connectionTokens(value: string | string[] | undefined): Set<string> | null {
   if (value === undefined) return null;
@@ -68,6 +81,10 @@ export function upstreamRequestHeaders(raw: readonly string[], headers: Incoming
   let xff: string | undefined;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
+    if (conn === null && !watched(name)) {
+      out.push(name, raw[i + 1]!);
+      continue;
+    }
     const lower = name.toLowerCase();
     if (HOP_BY_HOP.has(lower) || (conn !== null && conn.has(lower))) continue;
     if (lower === 'x-forwarded-for') {
@@ -86,6 +103,36 @@ export function upstreamRequestHeaders(raw: readonly string[], headers: Incoming
   const host = (headers['x-forwarded-host'] as string | undefined) ?? info.host;
   if (host !== undefined) out.push('x-forwarded-host', host);
   return out;
+}
+
+/**
+ * Response headers for the client from the upstream's raw header lines
+ * (undici hands them over as [name, value, …] buffers): hop-by-hop removed,
+ * names and values as sent (Latin-1, as undici decodes them). Repeated
+ * headers stay repeated.
+ */
+export function clientResponseHeadersRaw(raw: readonly Buffer[]): string[] {
+  const out: string[] = [];
+  let named: Set<string> | null = null;
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!.toString('latin1');
+    const value = raw[i + 1]!.toString('latin1');
+    if (watched(name)) {
+      const lower = name.toLowerCase();
+      if (HOP_BY_HOP.has(lower)) {
+        if (lower === 'connection') {
+          const t = connectionTokens(value);
+          if (t !== null) for (const n of t) (named ??= new Set()).add(n);
+        }
+        continue;
+      }
+    }
+    out.push(name, value);
+  }
+  if (named === null) return out;
+  const kept: string[] = [];
+  for (let i = 0; i < out.length; i += 2) if (!named.has(out[i]!.toLowerCase())) kept.push(out[i]!, out[i + 1]!);
+  return kept;
 }
 
 /**
