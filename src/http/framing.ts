@@ -48,6 +48,6 @@ export function checkFraming(req: IncomingMessage): FramingProblem | null {
   if (url.charCodeAt(0) !== 0x2f /* / */) return bad('the request target must be a path (origin-form, e.g. /v1/payments), not an absolute URL or an authority');
   const q = url.indexOf('?');
   const path = q === -1 ? url : url.slice(0, q);
-  if (DOT_SEGMENT.test(path)) return bad('the request path contains "." or ".." segments; send the normalized path');
+  if (path.includes('/.') && DOT_SEGMENT.test(path)) return bad('the request path contains "." or ".." segments; send the normalized path');
   return null;
 }
