@@ -1,8 +1,6 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { CommandModule } from 'yargs';
-import { startProxy } from '../app.js';
-import { loadConfig } from '../config/load.js';
 import type { CliIo } from './io.js';
 import type { Outcome } from './index.js';
 import type { CommonArgs } from './options.js';
@@ -47,6 +45,7 @@ export function demoCommand(io: CliIo, outcome: Outcome): CommandModule<CommonAr
     describe: 'Run a demo payments upstream with the proxy in front of it (embedded store)',
     builder: (y) => y.option('listen', { type: 'string', default: '127.0.0.1:8080', describe: 'proxy address' }),
     handler: async (args) => {
+      const [{ startProxy }, { loadConfig }] = await Promise.all([import('../app.js'), import('../config/load.js')]);
       const upstream = demoUpstream();
       await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
       const port = (upstream.address() as AddressInfo).port;

@@ -18,7 +18,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     .scriptName('idempotency-proxy')
     .usage('$0 <command> [options]\n\nHTTP reverse proxy that makes retried requests harmless (Idempotency-Key).')
     .option('config', { type: 'string', describe: 'YAML configuration file', global: true })
-    .option('database-url', { type: 'string', describe: 'PostgreSQL URL (beats the file, which beats DATABASE_URL); unset → embedded store', global: true })
+    .option('database-url', { type: 'string', describe: 'PostgreSQL URL (beats the file, which beats DATABASE_URL); unset -> embedded store', global: true })
     .command(serveCommand(io, outcome))
     .command(migrateCommand(io, outcome))
     .command(checkConfigCommand(io, outcome))

@@ -1,11 +1,6 @@
 import type { CommandModule } from 'yargs';
 import type { Config, TenantSource } from '../config/types.js';
-import { createLogger } from '../log/logger.js';
 import { tenantIdFor } from '../policy/tenant.js';
-import { KeyStore } from '../store/key-store.js';
-import { openDb } from '../store/open.js';
-import { createRedisCache, defaultCachePrefix } from '../store/redis-cache.js';
-import { createMetrics } from '../metrics/metrics.js';
 import type { KeyRecord } from '../store/records.js';
 import { CliError, type CliIo } from './io.js';
 import type { Outcome } from './index.js';
@@ -67,7 +62,7 @@ function describe(rec: KeyRecord, withBody: boolean): Record<string, unknown> {
 export function keysCommand(io: CliIo, outcome: Outcome): CommandModule<CommonArgs, KeysArgs> {
   return {
     command: 'keys <action>',
-    describe: 'Inspect (show) or remove (purge) one idempotency record — the operator\'s escape hatch',
+    describe: 'Inspect (show) or remove (purge) one idempotency record - the operator\'s escape hatch',
     builder: (y) => y
       .positional('action', { choices: ['show', 'purge'] as const, describe: 'show | purge', demandOption: true })
       .option('key', { type: 'string', demandOption: true, describe: 'the idempotency key as the client sent it' })
@@ -77,7 +72,7 @@ export function keysCommand(io: CliIo, outcome: Outcome): CommandModule<CommonAr
       .option('body', { type: 'boolean', default: false, describe: 'show: include the stored response body (base64)' })
       .option('yes', { type: 'boolean', default: false, describe: 'purge: confirm removal' })
       .conflicts('tenant', 'tenant-id')
-      .example('$0 keys show --tenant "Bearer sk_live_…" --key order-42 --config proxy.yaml', '')
+      .example('$0 keys show --tenant "Bearer sk_live_..." --key order-42 --config proxy.yaml', '')
       .example('$0 keys purge --tenant-id acme --key order-42 --yes', ''),
     handler: async (args) => {
       const config = storeConfig(args, io);
@@ -85,6 +80,9 @@ export function keysCommand(io: CliIo, outcome: Outcome): CommandModule<CommonAr
       if (args.action === 'purge' && !args.yes) {
         throw new CliError('keys purge removes the record for good: a retry of that key will run the operation again. Add --yes to confirm.');
       }
+      const [{ createLogger }, { openDb }, { KeyStore }] = await Promise.all([
+        import('../log/logger.js'), import('../store/open.js'), import('../store/key-store.js'),
+      ]);
       const db = await openDb(config.store, createLogger('silent'));
       try {
         const store = new KeyStore(db);
@@ -106,6 +104,9 @@ export function keysCommand(io: CliIo, outcome: Outcome): CommandModule<CommonAr
           io.stdout.write(`purged key ${JSON.stringify(args.key)} (was ${state}); the next request with it runs the operation\n`);
           if (config.store.redis !== null) {
             // The cached replay must go too, or Redis would keep answering it.
+            const [{ createRedisCache, defaultCachePrefix }, { createMetrics }] = await Promise.all([
+              import('../store/redis-cache.js'), import('../metrics/metrics.js'),
+            ]);
             const cache = createRedisCache({ url: config.store.redis, prefix: defaultCachePrefix(config.store), commandTimeoutMs: 2000 },
               { metrics: createMetrics({ processMetrics: false }) });
             try {

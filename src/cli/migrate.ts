@@ -1,7 +1,4 @@
 import type { CommandModule } from 'yargs';
-import { createLogger } from '../log/logger.js';
-import { openDb } from '../store/open.js';
-import { migrate } from '../store/migrate.js';
 import type { CliIo } from './io.js';
 import type { Outcome } from './index.js';
 import { storeConfig, type CommonArgs } from './options.js';
@@ -12,6 +9,9 @@ export function migrateCommand(io: CliIo, _outcome: Outcome): CommandModule<Comm
     describe: 'Apply schema migrations to the key store (safe to run from several instances at once)',
     handler: async (args) => {
       const config = storeConfig(args, io);
+      const [{ createLogger }, { openDb }, { migrate }] = await Promise.all([
+        import('../log/logger.js'), import('../store/open.js'), import('../store/migrate.js'),
+      ]);
       const db = await openDb(config.store, createLogger('silent'));
       try {
         const r = await migrate(db);

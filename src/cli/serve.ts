@@ -1,6 +1,4 @@
 import type { CommandModule } from 'yargs';
-import { startProxy } from '../app.js';
-import { reloadFromFile } from '../ops/reload.js';
 import type { CliIo } from './io.js';
 import type { Outcome } from './index.js';
 import { commandConfig, withServeFlags, type CommonArgs } from './options.js';
@@ -19,9 +17,12 @@ export function serveCommand(io: CliIo, outcome: Outcome): CommandModule<CommonA
     describe: 'Run the proxy (without a file, --upstream alone is enough); SIGHUP reloads routes, SIGTERM drains',
     builder: (y) => withServeFlags(y)
       .example('$0 serve --upstream http://127.0.0.1:3000', 'embedded store, every POST/PATCH with an Idempotency-Key deduplicated')
-      .example('$0 serve --config config/payments.yaml --database-url postgres://…', 'production-like'),
+      .example('$0 serve --config config/payments.yaml --database-url postgres://...', 'production-like'),
     handler: async (args) => {
       const config = commandConfig(args, io);
+      // Loaded here, not at the top: `--help`, `check-config` and the other
+      // commands do not pay for the proxy's modules (undici, pg, ioredis, ...).
+      const [{ startProxy }, { reloadFromFile }] = await Promise.all([import('../app.js'), import('../ops/reload.js')]);
       const proxy = await startProxy(config);
       let stopping = false;
       io.onReloadSignal?.(() => {

@@ -2,9 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { CommandModule } from 'yargs';
 import { parseDuration } from '../config/units.js';
-import { analyze } from '../ops/verify/analyze.js';
-import { fireTogether, type VerifyRequest } from '../ops/verify/fire.js';
-import { formatJson, formatText } from '../ops/verify/report.js';
+import type { VerifyRequest } from '../ops/verify/fire.js';
 import { CliError, type CliIo } from './io.js';
 import type { Outcome } from './index.js';
 import type { CommonArgs } from './options.js';
@@ -122,7 +120,7 @@ export function verifyCommand(io: CliIo, outcome: Outcome): CommandModule<Common
       if (!TOKEN.test(method)) throw new CliError(`--method ${JSON.stringify(args.method)} is not an HTTP method`);
       const keyHeader = args['key-header'];
       if (!TOKEN.test(keyHeader)) throw new CliError(`--key-header ${JSON.stringify(keyHeader)} is not a header name`);
-      if (!Number.isInteger(args.retries) || args.retries < 0) throw new CliError(`--retries must be a whole number ≥ 0 (got ${JSON.stringify(String(args.retries))})`);
+      if (!Number.isInteger(args.retries) || args.retries < 0) throw new CliError(`--retries must be a whole number >= 0 (got ${JSON.stringify(String(args.retries))})`);
       const timeoutMs = checkDuration('timeout', args.timeout);
       const maxWaitMs = checkDuration('max-retry-wait', args['max-retry-wait']);
 
@@ -133,6 +131,9 @@ export function verifyCommand(io: CliIo, outcome: Outcome): CommandModule<Common
       if (body !== null && headers['content-type'] === undefined && isJson(body)) headers['content-type'] = 'application/json';
       const req: VerifyRequest = { url, method, headers, body, timeoutMs };
 
+      const [{ analyze }, { fireTogether }, { formatJson, formatText }] = await Promise.all([
+        import('../ops/verify/analyze.js'), import('../ops/verify/fire.js'), import('../ops/verify/report.js'),
+      ]);
       const exchanges = await fireTogether(req, n, { retries: args.retries, maxWaitMs });
       const analysis = analyze(exchanges);
       if (analysis.verdict === 'unreachable') {
