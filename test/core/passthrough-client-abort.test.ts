@@ -5,7 +5,7 @@ import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { captureLogger, waitFor } from './support.js';
+import { captureLogger, requestLine as findRequestLine, waitFor } from './support.js';
 
 // A client that hangs up in the middle of a pass-through response is the
 // client's doing: the request is logged and counted as passthrough (with a
@@ -51,14 +51,7 @@ describe('pass-through: who broke the response off', () => {
     for (const m of text.matchAll(/^idempotency_proxy_requests_total\{route="files",outcome="([a-z_]+)"\} (\d+)$/gm)) out[m[1]!] = Number(m[2]);
     return out;
   };
-  const requestLine = (path: string): Promise<Record<string, unknown>> =>
-    waitFor(`the request line of ${path}`, () => {
-      for (const l of log.lines) {
-        const j = JSON.parse(l) as Record<string, unknown>;
-        if (j.msg === 'request' && j.path === path) return j;
-      }
-      return undefined;
-    });
+  const requestLine = (path: string): Promise<Record<string, unknown>> => findRequestLine(log.lines, path);
   const get = (path: string, leaveAfterFirstChunk: boolean): Promise<void> => {
     const u = new URL(proxy.url);
     return new Promise<void>((resolve) => {

@@ -7,7 +7,7 @@ import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { captureLogger, sleep, waitFor } from './support.js';
+import { captureLogger, requestLine as findRequestLine, sleep, waitFor } from './support.js';
 
 // The pass-through relay (src/proxy/relay.ts) hands the upstream's raw
 // header lines and body chunks straight to the client's response. What it
@@ -81,14 +81,7 @@ describe('pass-through relay', () => {
     await db.drop();
   });
 
-  const requestLine = (path: string): Promise<Record<string, unknown>> =>
-    waitFor(`the request line of ${path}`, () => {
-      for (const l of log.lines) {
-        const j = JSON.parse(l) as Record<string, unknown>;
-        if (j.msg === 'request' && j.path === path) return j;
-      }
-      return undefined;
-    });
+  const requestLine = (path: string): Promise<Record<string, unknown>> => findRequestLine(log.lines, path);
 
   test('response headers: repeated lines kept, bytes as sent, hop-by-hop and Connection-named dropped', async () => {
     const res = await new Promise<http.IncomingMessage>((resolve, reject) =>

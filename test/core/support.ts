@@ -176,6 +176,17 @@ export async function waitFor<T>(what: string, fn: () => T | undefined | Promise
   }
 }
 
+/** Waits for the request line (`"msg":"request"`) of `path` among captured log lines. */
+export function requestLine(lines: readonly string[], path: string): Promise<Record<string, unknown>> {
+  return waitFor(`the request line of ${path}`, () => {
+    for (const l of lines) {
+      const j = JSON.parse(l) as Record<string, unknown>;
+      if (j.msg === 'request' && j.path === path) return j;
+    }
+    return undefined;
+  });
+}
+
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 /** A unique key per test run. */
