@@ -1,5 +1,9 @@
 // The repetitions: every step of the plan, in order, --reps times; each step
-// one load-generator process against one long-lived server.
+// one load-generator process against one long-lived server. Before them, a
+// priming round (BENCH_PRIME seconds a step, not counted) gives every server
+// the same first round: a server's first run under load is its JIT warm-up,
+// and the proxy, with more code to compile than the baseline, lost up to a
+// third of its first run to it (bench/README.md, 14:30).
 import type { ServerHandle } from './children.js';
 import { REQUEST_BODY, type BenchContext } from './context.js';
 import type { Plan } from './plan.js';
@@ -13,11 +17,16 @@ export async function runRepetitions(
   statsUrl: string,
 ): Promise<RunRecord[]> {
   const runs: RunRecord[] = [];
-  for (let rep = 1; rep <= ctx.opts.reps; rep += 1) {
+  for (let rep = ctx.opts.primeS > 0 ? 0 : 1; rep <= ctx.opts.reps; rep += 1) {
+    const priming = rep === 0;
     for (const { scenario: s, seq } of plan.steps) {
       if (ctx.interrupted()) return runs;
       const server = servers.get(s.server);
       if (server === undefined) continue; // unavailable; reported once by the caller
+      if (priming) {
+        if (server.alive()) await prime(ctx, s, seq, server, statsUrl);
+        continue;
+      }
       const base = { scenario: s.id, rep, seq, connections: s.connections };
       if (!server.alive()) {
         runs.push({ ...base, result: null, error: `${server.name} is no longer running` });
@@ -50,4 +59,25 @@ export async function runRepetitions(
     }
   }
   return runs;
+}
+
+async function prime(ctx: BenchContext, s: Plan['steps'][number]['scenario'], seq: number, server: ServerHandle, statsUrl: string): Promise<void> {
+  const keyPrefix = s.keys.kind === 'fixed' ? `${ctx.runId}-${s.id}` : `${ctx.runId}-${s.id}-prime-s${seq}`;
+  try {
+    const result = await ctx.load.cannon({
+      mode: 'cannon',
+      origin: server.url,
+      path: s.path,
+      connections: s.connections,
+      durationS: ctx.opts.primeS,
+      warmupS: 0,
+      keys: s.keys,
+      keyPrefix,
+      body: REQUEST_BODY,
+      statsUrl,
+    });
+    ctx.log(`priming ${s.id}: ${result.rps} req/s (not counted)`);
+  } catch (err) {
+    ctx.log(`priming ${s.id}: failed: ${err instanceof Error ? err.message : String(err)} (not counted)`);
+  }
 }

@@ -8,6 +8,7 @@ export interface RunOptions {
   readonly only: ReadonlySet<string> | null; // null: everything
   readonly durationS: number;
   readonly warmupS: number;
+  readonly primeS: number; // seconds per step of the uncounted first round (0: none)
   readonly reps: number;
   readonly big: boolean; // claim latency at 10^7 rows instead of 10^6
   readonly noPin: boolean;
@@ -67,6 +68,7 @@ export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv)
     only: parseOnly(argv),
     durationS: int(env, 'BENCH_DURATION', 8, 1, 120),
     warmupS: int(env, 'BENCH_WARMUP', 1, 0, 30),
+    primeS: int(env, 'BENCH_PRIME', 2, 0, 30),
     reps: Math.round(int(env, 'BENCH_REPS', 3, 1, 20)),
     big: env['BENCH_BIG'] === '1',
     noPin: env['BENCH_NO_PIN'] === '1',
