@@ -23,61 +23,35 @@ export async function runRepetitions(
       if (ctx.interrupted()) return runs;
       const server = servers.get(s.server);
       if (server === undefined) continue; // unavailable; reported once by the caller
-      if (priming) {
-        if (server.alive()) await prime(ctx, s, seq, server, statsUrl);
-        continue;
-      }
       const base = { scenario: s.id, rep, seq, connections: s.connections };
       if (!server.alive()) {
-        runs.push({ ...base, result: null, error: `${server.name} is no longer running` });
+        if (!priming) runs.push({ ...base, result: null, error: `${server.name} is no longer running` });
         continue;
       }
-      const keyPrefix = s.keys.kind === 'fixed' ? `${ctx.runId}-${s.id}` : `${ctx.runId}-${s.id}-r${rep}-s${seq}`;
+      const label = priming ? `priming ${s.id}` : `rep ${rep}/${ctx.opts.reps} ${s.id}`;
+      const counted = priming ? ' (not counted)' : '';
       try {
         const result = await ctx.load.cannon({
           mode: 'cannon',
           origin: server.url,
           path: s.path,
           connections: s.connections,
-          durationS: ctx.opts.durationS,
-          warmupS: ctx.opts.warmupS,
+          durationS: priming ? ctx.opts.primeS : ctx.opts.durationS,
+          warmupS: priming ? 0 : ctx.opts.warmupS,
           keys: s.keys,
-          keyPrefix,
+          keyPrefix: s.keys.kind === 'fixed' ? `${ctx.runId}-${s.id}` : `${ctx.runId}-${s.id}-r${rep}-s${seq}`,
           body: REQUEST_BODY,
           statsUrl,
         });
-        runs.push({ ...base, result, error: null });
+        if (!priming) runs.push({ ...base, result, error: null });
         const other = result.non2xx + result.errors > 0 ? `, non-2xx ${result.non2xx}, errors ${result.errors}` : '';
-        ctx.log(
-          `rep ${rep}/${ctx.opts.reps} ${s.id}: ${result.rps} req/s, p50 ${result.latencyMs.p50} ms, p99 ${result.latencyMs.p99} ms${other}`,
-        );
+        ctx.log(`${label}: ${result.rps} req/s, p50 ${result.latencyMs.p50} ms, p99 ${result.latencyMs.p99} ms${other}${counted}`);
       } catch (err) {
         const error = err instanceof Error ? err.message : String(err);
-        runs.push({ ...base, result: null, error });
-        ctx.log(`rep ${rep}/${ctx.opts.reps} ${s.id}: failed: ${error}`);
+        if (!priming) runs.push({ ...base, result: null, error });
+        ctx.log(`${label}: failed: ${error}${counted}`);
       }
     }
   }
   return runs;
-}
-
-async function prime(ctx: BenchContext, s: Plan['steps'][number]['scenario'], seq: number, server: ServerHandle, statsUrl: string): Promise<void> {
-  const keyPrefix = s.keys.kind === 'fixed' ? `${ctx.runId}-${s.id}` : `${ctx.runId}-${s.id}-prime-s${seq}`;
-  try {
-    const result = await ctx.load.cannon({
-      mode: 'cannon',
-      origin: server.url,
-      path: s.path,
-      connections: s.connections,
-      durationS: ctx.opts.primeS,
-      warmupS: 0,
-      keys: s.keys,
-      keyPrefix,
-      body: REQUEST_BODY,
-      statsUrl,
-    });
-    ctx.log(`priming ${s.id}: ${result.rps} req/s (not counted)`);
-  } catch (err) {
-    ctx.log(`priming ${s.id}: failed: ${err instanceof Error ? err.message : String(err)} (not counted)`);
-  }
 }
