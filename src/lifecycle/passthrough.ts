@@ -18,13 +18,13 @@ export function passThroughSink(done: (ctx: RequestContext) => void): PassThroug
     head: (ctx, statusCode) => {
       ctx.status = statusCode;
     },
-    end: (ctx, e, headersSent, clientLeft) => {
+    end: (ctx, e, clientLeft) => {
       ctx.upstreamMs = performance.now() - ctx.upstreamStart;
       if (clientLeft) {
         // Not an upstream failure, and not counted as one.
         ctx.detail = 'the client closed the connection before the response was complete';
       } else if (e !== null) {
-        if (!headersSent && !ctx.res.headersSent) upstreamFailure(ctx, e);
+        if (!ctx.res.headersSent) upstreamFailure(ctx, e);
         else {
           ctx.outcome = 'upstream_error';
           ctx.detail = e.message;

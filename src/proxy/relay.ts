@@ -18,12 +18,12 @@ export interface RelaySink<T> {
   /** The upstream's final status line arrived (before anything is written to the client). */
   head(opaque: T, statusCode: number): void;
   /**
-   * Called once. `error`: the upstream failed; `headersSent` tells whether the
-   * status line had already gone to the client (the response is then cut
-   * off). `clientLeft`: the client closed its connection before the response
-   * was complete; the upstream exchange is abandoned.
+   * Called once. `error`: the upstream failed (if the status line had already
+   * gone to the client, the response is cut off: `res.headersSent` tells).
+   * `clientLeft`: the client closed its connection before the response was
+   * complete; the upstream exchange is abandoned.
    */
-  end(opaque: T, error: UpstreamError | null, headersSent: boolean, clientLeft: boolean): void;
+  end(opaque: T, error: UpstreamError | null, clientLeft: boolean): void;
 }
 
 class ClientGone extends Error {
@@ -79,21 +79,21 @@ class RelayHandler<T> implements Dispatcher.DispatchHandler {
     if (this.ended) return;
     this.ended = true;
     this.res.end();
-    this.sink.end(this.opaque, null, true, false);
+    this.sink.end(this.opaque, null, false);
   }
 
   onError(err: Error): void {
     if (this.ended) return; // our own abort after the client left, or a late error
     this.ended = true;
     if (this.started) this.res.destroy();
-    this.sink.end(this.opaque, classify(err), this.started, false);
+    this.sink.end(this.opaque, classify(err), false);
   }
 
   private clientLeft(): void {
     this.ended = true;
     const abort = this.abort;
     if (abort !== null) abort(new ClientGone());
-    this.sink.end(this.opaque, null, this.started, true);
+    this.sink.end(this.opaque, null, true);
   }
 }
 
