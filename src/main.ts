@@ -6,6 +6,7 @@ import { runCli } from './cli/index.js';
 
 const code = await runCli(hideBin(process.argv), {
   env: process.env,
+  nodeArgs: process.execArgv,
   stdout: process.stdout,
   stderr: process.stderr,
   onShutdownSignal: (fn) => {

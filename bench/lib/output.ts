@@ -3,6 +3,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
+import { NODE_FLAGS } from '../../src/node-flags.js';
 import type { BenchContext } from './context.js';
 
 export interface RunFacts {
@@ -34,7 +35,7 @@ export function headerText(ctx: BenchContext, facts: RunFacts): string {
   const lines = [
     `## idempotency-proxy benchmark — ${facts.started.toISOString().slice(0, 16).replace('T', ' ')} UTC`,
     '',
-    `\`${facts.command}\` — ${opts.reps} repetitions × ${opts.durationS} s (+${opts.warmupS} s warm-up), medians; ratios to the mean of the baseline runs just before and after each run; ${loadText}; ${pinText}; Node ${process.version}${durability}`,
+    `\`${facts.command}\` — ${opts.reps} repetitions × ${opts.durationS} s (+${opts.warmupS} s warm-up), medians; ratios to the mean of the baseline runs just before and after each run; ${loadText}; ${pinText}; Node ${process.version} (${NODE_FLAGS.join(' ')} for the proxy and the baseline)${durability}`,
     '',
     `Machine load average (1 min) at start / end: ${facts.loadAtStart.toFixed(2)} / ${loadavg()[0]!.toFixed(2)} on ${availableParallelism()} CPUs — above ~2, other work shares the CPUs and absolute figures mean little.`,
   ];
@@ -56,6 +57,7 @@ export function writeResults(ctx: BenchContext, facts: RunFacts, body: Record<st
     command: facts.command,
     options: { ...opts, only: opts.only === null ? null : [...opts.only] },
     node: process.version,
+    nodeFlags: NODE_FLAGS,
     loadAverage: { start: facts.loadAtStart, end: loadavg()[0] },
     pinning: { enabled: ctx.pin.enabled, reason: ctx.pin.reason },
     postgres: facts.settings,

@@ -1,9 +1,11 @@
 // Starting the servers under test, each pinned to the server CPU: our
-// upstream, the baseline, and the proxy through its own CLI, exactly as an
-// operator starts it.
+// upstream, the baseline, and the proxy through its own CLI, exactly as the
+// Docker image starts it (node's options from src/node-flags.ts, which the
+// baseline gets as well).
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
+import { NODE_FLAGS } from '../../src/node-flags.js';
 import type { ServerHandle } from './children.js';
 import type { BenchContext } from './context.js';
 
@@ -54,7 +56,8 @@ export function startBaseline(ctx: BenchContext, upstream: string, name = 'basel
   const args = ['--port', '0', '--upstream', upstream, '--connections', String(proxyPoolSize(ctx))];
   return ctx.children.start({
     name,
-    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, script, ...args],
+    // The proxy's node options too (src/node-flags.ts): both are measured with the same runtime.
+    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, ...NODE_FLAGS, script, ...args],
     logFile: join(ctx.tmp, `${name}.log`),
     env: process.env,
     cwd: ctx.projectRoot,
@@ -81,7 +84,8 @@ export function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHa
   if (p.databaseUrl === null) env['BENCH_DATA_DIR'] = mkdtempSync(join(ctx.tmp, `${p.name}-data-`));
   return ctx.children.start({
     name: p.name,
-    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, join(ctx.distRoot, 'src', 'main.js'), ...args],
+    // As the Docker image's ENTRYPOINT starts it: node NODE_FLAGS dist/src/main.js.
+    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, ...NODE_FLAGS, join(ctx.distRoot, 'src', 'main.js'), ...args],
     logFile: join(ctx.tmp, `${p.name}.log`),
     env,
     cwd: ctx.projectRoot,

@@ -3,6 +3,8 @@ import { ConfigError } from '../config/errors.js';
 
 export interface CliIo {
   readonly env: NodeJS.ProcessEnv;
+  /** node's own options (process.execArgv): `serve` checks NODE_FLAGS (src/node-flags.ts) against them. */
+  readonly nodeArgs?: readonly string[];
   readonly stdout: Writable;
   readonly stderr: Writable;
   /** Registers the graceful-shutdown callback (SIGTERM/SIGINT). */

@@ -1,6 +1,7 @@
 import type { CommandModule } from 'yargs';
 import type { CliIo } from './io.js';
 import type { Outcome } from './index.js';
+import { missingNodeFlags, NODE_FLAGS } from '../node-flags.js';
 import { commandConfig, withServeFlags, type CommonArgs } from './options.js';
 
 interface ServeArgs extends CommonArgs {
@@ -24,13 +25,10 @@ export function serveCommand(io: CliIo, outcome: Outcome): CommandModule<CommonA
       // commands do not pay for the proxy's modules (undici, pg, ioredis, ...).
       const [{ startProxy }, { reloadFromFile }] = await Promise.all([import('../app.js'), import('../ops/reload.js')]);
       const proxy = await startProxy(config);
+      // The signal handlers first, in the same tick as "proxy listening":
+      // until they are registered, SIGTERM's default action ends the process.
       let stopping = false;
-      io.onReloadSignal?.(() => {
-        if (stopping) return;
-        proxy.logger.info({ file: args.config ?? null }, 'SIGHUP: reloading the configuration');
-        reloadFromFile(proxy, args.config ?? null, () => commandConfig(args, io));
-      });
-      await new Promise<void>((resolve) => {
+      const stopped = new Promise<void>((resolve) => {
         io.onShutdownSignal((signal) => {
           stopping = true;
           proxy.logger.info({ signal }, 'shutting down: no new connections, finishing in-flight requests');
@@ -45,6 +43,17 @@ export function serveCommand(io: CliIo, outcome: Outcome): CommandModule<CommonA
           });
         });
       });
+      io.onReloadSignal?.(() => {
+        if (stopping) return;
+        proxy.logger.info({ file: args.config ?? null }, 'SIGHUP: reloading the configuration');
+        reloadFromFile(proxy, args.config ?? null, () => commandConfig(args, io));
+      });
+      const missing = missingNodeFlags(io.nodeArgs ?? [], io.env['NODE_OPTIONS']);
+      if (missing.length > 0) {
+        proxy.logger.info({ missing, hint: `node ${NODE_FLAGS.join(' ')} dist/src/main.js serve, or NODE_OPTIONS="${NODE_FLAGS.join(' ')}"` },
+          'node started without the recommended heap options: peak memory is higher (docs/operations.md, Sizing)');
+      }
+      await stopped;
     },
   };
 }

@@ -62,8 +62,8 @@ export interface SpawnedProxy {
  * Runs `idempotency-proxy <args>` as a child process and waits for its
  * "proxy listening" line. Pass --listen 127.0.0.1:0 to get a free port.
  */
-export async function spawnProxy(args: string[], env: NodeJS.ProcessEnv = {}, opts: { cwd?: string } = {}): Promise<SpawnedProxy> {
-  const proc = spawn(process.execPath, [MAIN, ...args], {
+export async function spawnProxy(args: string[], env: NodeJS.ProcessEnv = {}, opts: { cwd?: string; nodeArgs?: readonly string[] } = {}): Promise<SpawnedProxy> {
+  const proc = spawn(process.execPath, [...(opts.nodeArgs ?? []), MAIN, ...args], {
     env: { PATH: process.env.PATH, ...env },
     ...(opts.cwd === undefined ? {} : { cwd: opts.cwd }),
     stdio: ['ignore', 'pipe', 'pipe'],

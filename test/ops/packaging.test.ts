@@ -10,6 +10,7 @@ import { parse, parseAllDocuments } from 'yaml';
 import { loadConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/types.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
+import { NODE_FLAGS } from '../../src/node-flags.js';
 import { MAIN } from '../helpers/proxy.js';
 import { repoRoot } from './support.js';
 
@@ -117,17 +118,17 @@ describe('Dockerfile', () => {
     assert.ok(cmd[2]!.includes(`http://${c.admin!.host}:${c.admin!.port}/healthz`), `healthcheck fetches the default admin address ${c.admin!.host}:${c.admin!.port}`);
   });
 
-  test('the entry command is the CLI the tests run: node dist/src/main.js', () => {
+  test('the entry command is the CLI the tests run: node NODE_FLAGS dist/src/main.js', () => {
     const entry = JSON.parse(final('ENTRYPOINT')[0]!.args) as string[];
-    assert.deepEqual(entry, ['node', 'dist/src/main.js']);
+    assert.deepEqual(entry, ['node', ...NODE_FLAGS, 'dist/src/main.js']);
     // MAIN is <outDir>/src/main.js; the image's outDir is dist (tsconfig.json).
     const outDir = path.resolve(path.dirname(MAIN), '..');
-    assert.equal(`dist/${path.relative(outDir, MAIN).split(path.sep).join('/')}`, entry[1]);
+    assert.equal(`dist/${path.relative(outDir, MAIN).split(path.sep).join('/')}`, entry.at(-1));
     const tsconfig = JSON.parse(read('tsconfig.json')) as { compilerOptions: { outDir: string; rootDir: string } };
     assert.equal(tsconfig.compilerOptions.outDir, 'dist');
     assert.equal(tsconfig.compilerOptions.rootDir, '.');
     const pkg = JSON.parse(read('package.json')) as { bin: Record<string, string> };
-    assert.equal(pkg.bin['idempotency-proxy'], entry[1]);
+    assert.equal(pkg.bin['idempotency-proxy'], entry.at(-1));
     const cmd = JSON.parse(final('CMD')[0]!.args) as string[];
     assert.deepEqual(cmd, ['serve', '--config', '/etc/idempotency-proxy/config.yaml']);
     serveArgs(cmd);
