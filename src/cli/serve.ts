@@ -1,8 +1,8 @@
 import type { CommandModule } from 'yargs';
 import type { CliIo } from './io.js';
 import type { Outcome } from './index.js';
-import { missingNodeFlags, NODE_FLAGS } from '../node-flags.js';
 import { commandConfig, withServeFlags, type CommonArgs } from './options.js';
+import { missingNodeFlags, NODE_FLAGS } from '../node-flags.js';
 
 interface ServeArgs extends CommonArgs {
   upstream?: string;

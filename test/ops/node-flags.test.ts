@@ -54,7 +54,7 @@ describe('serve: the start-up hint, from a real process', () => {
   });
 
   /** Every log line of one proxy run, from start to a clean SIGTERM exit. */
-  async function runOnce(nodeArgs: readonly string[], env: NodeJS.ProcessEnv = {}): Promise<Array<{ msg?: string; missing?: string[]; level?: number }>> {
+  async function runOnce(nodeArgs: readonly string[], env: NodeJS.ProcessEnv = {}): Promise<Array<{ msg?: string; missing?: string[] }>> {
     const p = await spawnProxy(['serve', '--upstream', upstream.url, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--database-url', db.url], env, { nodeArgs });
     // One answered request: by then start-up, signal handlers included, is over.
     assert.equal((await admin(`${p.adminUrl}/healthz`)).status, 200);
