@@ -57,7 +57,7 @@ describe('prepared statements keep an index plan made while the table was empty'
 
     const plan = async (text: string): Promise<string> =>
       (await db.query<{ 'QUERY PLAN': string }>({ name: '', text }, [])).map((r) => r['QUERY PLAN']).join('\n');
-    const claimPlan = await plan(`EXPLAIN EXECUTE idem_claim_v1(ARRAY['${PLAN_TENANT}'], ARRAY['seed-7'], ARRAY['01'], ARRAY[gen_random_uuid()],
+    const claimPlan = await plan(`EXPLAIN EXECUTE idem_claim_v2(ARRAY['${PLAN_TENANT}'], ARRAY['seed-7'], ARRAY['01'], ARRAY[gen_random_uuid()],
       ARRAY[60000::float8], ARRAY[3600000::float8], ARRAY['reexecute'], ARRAY['r'], ARRAY['POST'], ARRAY['/x'])`);
     const commitPlan = await plan(`EXPLAIN EXECUTE idem_commit_v1(ARRAY['${PLAN_TENANT}'], ARRAY['seed-8'], ARRAY[gen_random_uuid()], ARRAY[200],
       ARRAY['[]'], ARRAY['7b7d'], ARRAY[true], ARRAY[2::bigint])`);
@@ -68,7 +68,7 @@ describe('prepared statements keep an index plan made while the table was empty'
 
     // Planned once per session, not once per execution.
     const rows = await db.query<{ name: string; generic_plans: string; custom_plans: string }>(
-      { name: '', text: `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements WHERE name IN ('idem_claim_v1', 'idem_commit_v1')` }, []);
+      { name: '', text: `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements WHERE name IN ('idem_claim_v2', 'idem_commit_v1')` }, []);
     assert.equal(rows.length, 2, 'both statements prepared on this session');
     for (const r of rows) {
       assert.equal(Number(r.custom_plans), 0, `${r.name} was planned per execution (${r.custom_plans} custom plans)`);

@@ -149,6 +149,43 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) {
       });
     });
 
+    test('duplicates of settled keys take no row lock and write nothing, in a batch beside a new key', async () => {
+      // Settled: complete (same and other payload), in flight with a live
+      // lease (same and other payload), outcome_unknown, in flight with its
+      // lease over under another payload. xmax names the last transaction
+      // that locked or replaced the row version: a claim that takes a row
+      // lock changes it (and must then flush its commit).
+      const done = claimReq('k-ro-done');
+      await store.claim(done);
+      await store.commit({ tenantId: 't1', key: 'k-ro-done', ownerToken: done.ownerToken, response });
+      await store.claim(claimReq('k-ro-live'));
+      await store.claim(claimReq('k-ro-unknown', { leaseMs: 1, onExpiredLease: 'fail' }));
+      await store.claim(claimReq('k-ro-lapsed', { leaseMs: 1 }));
+      await new Promise((r) => setTimeout(r, 20));
+      assert.equal((await store.claim(claimReq('k-ro-unknown'))).kind, 'outcome_unknown');
+      const settled = ['k-ro-done', 'k-ro-live', 'k-ro-unknown', 'k-ro-lapsed'];
+      const xmax = async (): Promise<Record<string, string>> => Object.fromEntries(
+        (await raw(db, `SELECT idem_key, xmax::text AS xmax FROM idempotency_keys WHERE tenant_id = 't1' AND idem_key = ANY($1)`, [settled]) as Array<{ idem_key: string; xmax: string }>)
+          .map((r) => [r.idem_key, r.xmax]));
+      const before = await xmax();
+      assert.deepEqual(Object.keys(before).sort(), [...settled].sort());
+
+      const other = fp('other payload');
+      const reqs = [
+        claimReq('k-ro-done'), claimReq('k-ro-done', { fingerprint: other }),
+        claimReq('k-ro-live'), claimReq('k-ro-live', { fingerprint: other }),
+        claimReq('k-ro-unknown'), claimReq('k-ro-lapsed', { fingerprint: other }),
+        claimReq('k-ro-new'),
+      ];
+      const outcomes = await Promise.all(reqs.map((r) => store.claim(r)));
+      assert.deepEqual(outcomes.map((o) => o.kind), ['complete', 'mismatch', 'in_flight', 'mismatch', 'outcome_unknown', 'mismatch', 'claimed']);
+      const replay = outcomes[0]!;
+      assert.ok(replay.kind === 'complete' && replay.response.body.equals(response.body));
+      assert.deepEqual(await xmax(), before, 'a duplicate locked a settled row');
+      // The lapsed lease under its own payload is still taken over (the locking path).
+      assert.deepEqual(await store.claim(claimReq('k-ro-lapsed')), { kind: 'claimed', attempt: 2 });
+    });
+
     test('200 concurrent claims of distinct keys are batched and all claimed', async () => {
       const reqs = Array.from({ length: 200 }, (_, i) => claimReq(`k-many-${i}`));
       const outcomes = await Promise.all(reqs.map((r) => store.claim(r)));

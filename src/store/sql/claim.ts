@@ -9,19 +9,37 @@ import type { Statement } from '../db/port.js';
 //   - takes over an in_flight row whose lease ran out, same fingerprint
 //     (on_expired_lease = reexecute), or marks it outcome_unknown (= fail),
 //   - or leaves the row alone, and returns it as it stood (duplicate).
+// A row the statement's snapshot already shows settled for this request —
+// complete or outcome_unknown within its retention, in flight with a live
+// lease, or in flight under another fingerprint — is answered from that
+// snapshot and never enters the INSERT: a duplicate takes no row lock and
+// writes nothing, so a batch of duplicates commits without a WAL flush (the
+// answer is the one the INSERT path gave too: it also read these rows from
+// the same snapshot). Anything else, including a snapshot row with a NULL
+// the test cannot decide, goes through the INSERT ... ON CONFLICT.
 // Rows are claimed (and locked) in (tenant_id, idem_key) order, as commits
 // lock them: overlapping batches on any number of instances wait for each
 // other but never deadlock. Every time comparison uses the database clock. One row comes back per input,
 // in input order (ord). A row with neither claim nor existing columns vanished
 // or is not yet visible: the caller claims again.
 export const claimStatement: Statement = {
-  name: 'idem_claim_v1',
+  name: 'idem_claim_v2',
   text: `
 WITH input AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::float8[], $6::float8[],
                        $7::text[], $8::text[], $9::text[], $10::text[])
     WITH ORDINALITY AS i(tenant_id, idem_key, fp, owner_token, lease_ms, ttl_ms,
                          on_expired_lease, route, method, path, ord)
+), found AS (
+  -- The rows as this statement's snapshot shows them, and whether the
+  -- INSERT below would leave them alone (its ON CONFLICT ... WHERE, negated).
+  SELECT i.ord, e.state, e.fingerprint, e.status_code, e.response_headers, e.response_body,
+         e.body_retained, e.body_size, e.locked_until, e.expires_at,
+         coalesce(NOT ((e.expires_at <= now() AND (e.state <> 'in_flight' OR e.locked_until <= now()))
+                       OR (e.state = 'in_flight' AND e.locked_until <= now() AND e.fingerprint = decode(i.fp, 'hex'))),
+                  false) AS settled
+    FROM input i
+    JOIN idempotency_keys e ON e.tenant_id = i.tenant_id AND e.idem_key = i.idem_key
 ), claimed AS (
   INSERT INTO idempotency_keys AS k
     (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
@@ -29,7 +47,8 @@ WITH input AS (
   SELECT tenant_id, idem_key, decode(fp, 'hex'), 'in_flight', owner_token, 1, on_expired_lease,
          now() + lease_ms * interval '1 millisecond', now() + ttl_ms * interval '1 millisecond',
          now(), route, method, path
-    FROM input
+    FROM input i
+   WHERE NOT EXISTS (SELECT 1 FROM found f WHERE f.ord = i.ord AND f.settled)
    ORDER BY tenant_id, idem_key -- one global lock order: concurrent batches never deadlock
   ON CONFLICT (tenant_id, idem_key) DO UPDATE SET
     fingerprint      = EXCLUDED.fingerprint,
@@ -63,8 +82,8 @@ SELECT i.ord::int AS ord,
        (e.state = 'in_flight' AND e.locked_until <= now()) AS lease_over
   FROM input i
   LEFT JOIN claimed c ON c.tenant_id = i.tenant_id AND c.idem_key = i.idem_key
-  LEFT JOIN idempotency_keys e
-         ON c.tenant_id IS NULL AND e.tenant_id = i.tenant_id AND e.idem_key = i.idem_key
+  LEFT JOIN found e
+         ON c.tenant_id IS NULL AND e.ord = i.ord
         AND (e.expires_at > now() OR (e.state = 'in_flight' AND e.locked_until > now()))
  ORDER BY i.ord`,
 };
