@@ -14,7 +14,7 @@ import { isEntry } from './lib/cli-args.js';
 import type { BenchContext } from './lib/context.js';
 import { loadRunner } from './lib/load-runner.js';
 import { runRepetitions } from './lib/measure.js';
-import { parseRunOptions } from './lib/options.js';
+import { parseRunOptions, type RunOptions } from './lib/options.js';
 import { commandLine, headerText, writeResults, type RunFacts } from './lib/output.js';
 import { dropDatabase, durabilitySettings } from './lib/pg.js';
 import { detectPinning } from './lib/pin.js';
@@ -24,13 +24,14 @@ import { renderReport } from './lib/report.js';
 import { measureRssPair, rssValid, type RssMeasure } from './lib/rss.js';
 import { ALIASES, allNames } from './lib/scenarios.js';
 import { bringUp, type Fleet } from './lib/servers-up.js';
+import { startServices, type Services } from './lib/services.js';
 import { LOAD_CPU, startBaseline, startProxy } from './lib/servers.js';
 import { summarize, type RunRecord } from './lib/summary.js';
 
 async function main(): Promise<number> {
   const argv = process.argv.slice(2);
-  const opts = parseRunOptions(argv, process.env);
-  if (opts.listOnly) {
+  const parsed = parseRunOptions(argv, process.env);
+  if (parsed.listOnly) {
     process.stdout.write(`scenarios: ${allNames().join(', ')}\naliases: ${Object.keys(ALIASES).join(', ')}\n`);
     return 0;
   }
@@ -38,9 +39,18 @@ async function main(): Promise<number> {
   const loadAtStart = loadavg()[0]!;
   const distRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
   const tmp = mkdtempSync(join(tmpdir(), 'idem-bench-'));
-  const pin = detectPinning(opts.noPin);
+  const pin = detectPinning(parsed.noPin);
   const children = new Children(join(distRoot, 'bench', 'guard.js'));
   const log = (msg: string): void => void process.stderr.write(`[bench] ${msg}\n`);
+  process.on('exit', () => children.killAll());
+  let services: Services;
+  try {
+    services = await startServices({ opts: parsed, pin, children, tmp, log });
+  } catch (err) {
+    await children.stopAll();
+    throw err;
+  }
+  const opts: RunOptions = { ...parsed, adminUrl: services.adminUrl, redisUrl: services.redisUrl };
   let interrupted = false;
   const ctx: BenchContext = {
     opts,
@@ -55,11 +65,12 @@ async function main(): Promise<number> {
     interrupted: () => interrupted,
   };
   const cleanUp = async (): Promise<void> => {
-    await children.stopAll();
-    if (opts.keepDb) return;
-    for (const db of [opts.dbName, ...claimDatabases(opts)]) await dropDatabase(opts.adminUrl, db).catch(() => undefined);
+    await children.stopAll(); // the servers, and PostgreSQL and Redis of the run's own
+    if (!opts.keepDb && !opts.ownPostgres) {
+      for (const db of [opts.dbName, ...claimDatabases(opts)]) await dropDatabase(opts.adminUrl, db).catch(() => undefined);
+    }
+    await services.stop(opts.keepDb);
   };
-  process.on('exit', () => children.killAll());
   for (const sig of ['SIGINT', 'SIGTERM'] as const) {
     process.once(sig, () => {
       interrupted = true;
@@ -70,6 +81,7 @@ async function main(): Promise<number> {
     });
   }
   log(`pinning: ${pin.enabled ? pin.reason : `off — ${pin.reason}`}`);
+  log(services.description);
   log(`load generator: ${opts.load}${opts.loadNote === null ? '' : ` — ${opts.loadNote}`}`);
   log(`${opts.reps} repetitions × ${opts.durationS} s (+${opts.warmupS} s warm-up) per scenario; logs in ${tmp}`);
 
@@ -102,7 +114,7 @@ async function main(): Promise<number> {
   }
   if (interrupted) return new Promise<number>(() => undefined); // the signal handler exits
 
-  const facts: RunFacts = { started, command: commandLine(argv), loadAtStart, settings, commitProbe: fleet.commitProbe };
+  const facts: RunFacts = { started, command: commandLine(argv), loadAtStart, settings, services: services.description, commitProbe: fleet.commitProbe };
   const rows = plan.scenarios.map((s) => summarize(s, runs));
   const skipped = [...fleet.unavailable].map(([id, why]) => `${id}: ${why.split('\n').slice(0, 6).join(' | ')}`);
   process.stdout.write(`\n${renderReport({ header: headerText(ctx, facts), rows, skipped, memory, rss, claim })}`);

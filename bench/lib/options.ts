@@ -12,8 +12,10 @@ export interface RunOptions {
   readonly reps: number;
   readonly big: boolean; // claim latency at 10^7 rows instead of 10^6
   readonly noPin: boolean;
-  readonly adminUrl: string; // PostgreSQL server, maintenance database
+  readonly adminUrl: string; // PostgreSQL server, maintenance database (the run's own, once started)
   readonly redisUrl: string;
+  readonly ownPostgres: boolean; // start a pinned cluster of the run's own (no BENCH_PG_URL, no BENCH_SERVICES=machine)
+  readonly ownRedis: boolean; // likewise for Redis (no BENCH_REDIS_URL)
   readonly dbName: string;
   readonly keepDb: boolean;
   readonly table: string | null;
@@ -64,6 +66,8 @@ export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv)
   const dbName = env['BENCH_DB'] ?? 'idem_bench';
   const load = chooseGenerator(env);
   if (!/^[a-z_][a-z0-9_]{0,40}$/.test(dbName)) throw new Error(`BENCH_DB=${dbName}: lower-case letters, digits and _ only`);
+  const services = env['BENCH_SERVICES'] ?? 'own';
+  if (services !== 'own' && services !== 'machine') throw new Error(`BENCH_SERVICES=${services}: expected own or machine`);
   return {
     only: parseOnly(argv),
     durationS: int(env, 'BENCH_DURATION', 8, 1, 120),
@@ -74,6 +78,8 @@ export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv)
     noPin: env['BENCH_NO_PIN'] === '1',
     adminUrl: loopback('BENCH_PG_URL', env['BENCH_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/postgres'),
     redisUrl: loopback('BENCH_REDIS_URL', env['BENCH_REDIS_URL'] ?? 'redis://127.0.0.1:6379'),
+    ownPostgres: services === 'own' && (env['BENCH_PG_URL'] ?? '') === '',
+    ownRedis: services === 'own' && (env['BENCH_REDIS_URL'] ?? '') === '',
     dbName,
     keepDb: env['BENCH_KEEP_DB'] === '1',
     table: env['BENCH_TABLE'] ?? null,

@@ -11,6 +11,7 @@ export interface RunFacts {
   readonly command: string;
   readonly loadAtStart: number;
   readonly settings: Readonly<Record<string, string>> | null;
+  readonly services: string;
   readonly commitProbe: { readonly p50: number; readonly p99: number; readonly n: number } | null;
 }
 
@@ -35,7 +36,7 @@ export function headerText(ctx: BenchContext, facts: RunFacts): string {
   const lines = [
     `## idempotency-proxy benchmark — ${facts.started.toISOString().slice(0, 16).replace('T', ' ')} UTC`,
     '',
-    `\`${facts.command}\` — ${opts.reps} repetitions × ${opts.durationS} s (+${opts.warmupS} s warm-up), medians; ratios to the mean of the baseline runs just before and after each run; ${loadText}; ${pinText}; Node ${process.version} (${NODE_FLAGS.join(' ')} for the proxy and the baseline)${durability}`,
+    `\`${facts.command}\` — ${opts.reps} repetitions × ${opts.durationS} s (+${opts.warmupS} s warm-up), medians; ratios to the mean of the baseline runs just before and after each run; ${loadText}; ${pinText}; Node ${process.version} (${NODE_FLAGS.join(' ')} for the proxy and the baseline)${durability}; ${facts.services}`,
     '',
     `Machine load average (1 min) at start / end: ${facts.loadAtStart.toFixed(2)} / ${loadavg()[0]!.toFixed(2)} on ${availableParallelism()} CPUs — above ~2, other work shares the CPUs and absolute figures mean little.`,
   ];
@@ -61,6 +62,7 @@ export function writeResults(ctx: BenchContext, facts: RunFacts, body: Record<st
     loadAverage: { start: facts.loadAtStart, end: loadavg()[0] },
     pinning: { enabled: ctx.pin.enabled, reason: ctx.pin.reason },
     postgres: facts.settings,
+    services: facts.services,
     commitProbe: facts.commitProbe,
     ...body,
   };

@@ -1,0 +1,148 @@
+// PostgreSQL and Redis for one benchmark run. BENCH.md's method pins them to
+// CPU 0 with the servers, but the machine's shared instances are never
+// reconfigured (nor re-pinned). So, unless BENCH_PG_URL / BENCH_REDIS_URL
+// name a server (or BENCH_SERVICES=machine asks for the machine's), the run
+// starts its own: a fresh PostgreSQL cluster (initdb in a temporary
+// directory, fsync and synchronous_commit on, the server defaults otherwise)
+// and a redis-server without persistence, each started under `taskset -c 0`
+// and under the harness's guard, so they go away with the run. Where the
+// binaries are missing, the run falls back to the machine's servers and says
+// so in the table header.
+import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync, statfsSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { ServerHandle } from './children.js';
+import type { BenchContext } from './context.js';
+import { SERVER_CPU } from './servers.js';
+
+export interface Services {
+  readonly adminUrl: string;
+  readonly redisUrl: string;
+  /** For the table header: where PostgreSQL and Redis ran. */
+  readonly description: string;
+  /** Stops them; a cluster of the run's own is deleted unless `keep`. */
+  stop(keep: boolean): Promise<void>;
+}
+
+type Ctx = Pick<BenchContext, 'opts' | 'pin' | 'children' | 'tmp' | 'log'>;
+
+const TMPFS_MAGIC = 0x01021994;
+
+async function freePort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  const port = (s.address() as { port: number }).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+function postgresBin(): string | null {
+  const root = '/usr/lib/postgresql';
+  if (!existsSync(root)) return null;
+  const versions = readdirSync(root)
+    .filter((v) => existsSync(join(root, v, 'bin', 'initdb')))
+    .sort((a, b) => Number(b) - Number(a));
+  return versions.length === 0 ? null : join(root, versions[0]!, 'bin');
+}
+
+function onPath(cmd: string): boolean {
+  try {
+    execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** initdb refuses to run as root: as root, the cluster belongs to the `postgres` user. */
+function asPostgresUser(): string[] {
+  return process.getuid?.() === 0 ? ['setpriv', '--reuid=postgres', '--regid=postgres', '--init-groups', '--'] : [];
+}
+
+async function startPostgres(ctx: Ctx, bin: string): Promise<{ handle: ServerHandle; url: string; dir: string; tmpfs: boolean }> {
+  const dir = mkdtempSync(join(process.env['BENCH_PG_DIR'] ?? tmpdir(), 'idem-bench-pg-'));
+  const asUser = asPostgresUser();
+  if (asUser.length > 0) {
+    const id = (flag: string): number => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8' }).trim());
+    chownSync(dir, id('-u'), id('-g'));
+  }
+  const data = join(dir, 'data');
+  const [cmd, ...prefix] = [...asUser, join(bin, 'initdb')];
+  execFileSync(cmd!, [...prefix, '-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8'], { stdio: 'ignore' });
+  const port = await freePort();
+  const handle = await ctx.children.start({
+    name: 'postgres',
+    command: [
+      ...asUser, ...ctx.pin.prefix(SERVER_CPU), join(bin, 'postgres'), '-D', data, '-p', String(port), '-k', dir,
+      '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=on', '-c', 'synchronous_commit=on', '-c', 'max_connections=200',
+    ],
+    logFile: join(ctx.tmp, 'postgres.log'),
+    env: { ...process.env, LC_ALL: 'C' },
+    cwd: dir,
+    timeoutMs: 30_000,
+    ready: (line) => (line.includes('ready to accept connections') ? `postgres://postgres@127.0.0.1:${port}/postgres` : null),
+  });
+  return { handle, url: handle.url, dir, tmpfs: statfsSync(dir).type === TMPFS_MAGIC };
+}
+
+async function startRedis(ctx: Ctx): Promise<ServerHandle> {
+  const port = await freePort();
+  return ctx.children.start({
+    name: 'redis',
+    command: [
+      ...ctx.pin.prefix(SERVER_CPU), 'redis-server', '--port', String(port), '--bind', '127.0.0.1',
+      '--save', '', '--appendonly', 'no', '--daemonize', 'no',
+    ],
+    logFile: join(ctx.tmp, 'redis.log'),
+    env: process.env,
+    cwd: ctx.tmp,
+    timeoutMs: 10_000,
+    ready: (line) => (line.includes('Ready to accept connections') ? `redis://127.0.0.1:${port}` : null),
+  });
+}
+
+export async function startServices(ctx: Ctx): Promise<Services> {
+  const { opts } = ctx;
+  const stops: Array<(keep: boolean) => Promise<void>> = [];
+  const parts: string[] = [];
+  let adminUrl = opts.adminUrl;
+  let redisUrl = opts.redisUrl;
+  const where = ctx.pin.enabled ? `pinned to CPU ${SERVER_CPU}` : 'not pinned';
+
+  const bin = opts.ownPostgres ? postgresBin() : null;
+  if (bin !== null) {
+    const pg = await startPostgres(ctx, bin);
+    adminUrl = pg.url;
+    stops.push(async (keep) => {
+      await pg.handle.stop();
+      if (keep) ctx.log(`PostgreSQL cluster kept in ${pg.dir} (start it with: postgres -D ${pg.dir}/data -k ${pg.dir})`);
+      else rmSync(pg.dir, { recursive: true, force: true });
+    });
+    parts.push(`PostgreSQL: the run's own cluster (${where}${pg.tmpfs ? '; its data directory is on tmpfs, so fsync costs nothing: set BENCH_PG_DIR to a disk' : ''})`);
+    ctx.log(`postgres ${adminUrl} (pid ${pg.handle.pid}, data in ${pg.dir})`);
+  } else {
+    const why = opts.ownPostgres ? ', no PostgreSQL server binaries under /usr/lib/postgresql' : '';
+    parts.push(`PostgreSQL: the machine's (${adminUrl}, not pinned${why})`);
+  }
+
+  if (opts.ownRedis && onPath('redis-server')) {
+    const redis = await startRedis(ctx);
+    redisUrl = redis.url;
+    stops.push(() => redis.stop());
+    parts.push(`Redis: the run's own (${where})`);
+    ctx.log(`redis ${redisUrl} (pid ${redis.pid})`);
+  } else {
+    parts.push(`Redis: the machine's (${redisUrl}, not pinned${opts.ownRedis ? ', redis-server not on PATH' : ''})`);
+  }
+
+  return {
+    adminUrl,
+    redisUrl,
+    description: parts.join('; '),
+    async stop(keep) {
+      for (const s of stops) await s(keep).catch(() => undefined);
+    },
+  };
+}
