@@ -71,6 +71,15 @@ export const SCENARIOS: readonly Scenario[] = [
   { id: 'direct-1c', title: 'direct upstream', server: 'upstream', path: '/bench/newkey', connections: 1, keys: unique, goal: null },
   { id: 'newkey-1c', title: 'proxy, new key (PostgreSQL)', server: 'proxy-pg', path: '/bench/newkey', connections: 1, keys: unique, goal: { kind: 'p50-max', ms: 2.2 } },
   {
+    id: 'replay-pg-1c',
+    title: 'proxy, replay from PostgreSQL (no Redis)',
+    server: 'proxy-pg',
+    path: '/bench/replay',
+    connections: 1,
+    keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
+    goal: null,
+  },
+  {
     id: 'replay-redis-1c',
     title: 'proxy, replay from Redis',
     server: 'proxy-redis',
@@ -86,7 +95,7 @@ export const EXTRAS = ['rss', 'claim'] as const;
 export type Extra = (typeof EXTRAS)[number];
 
 export const ALIASES: Readonly<Record<string, readonly string[]>> = {
-  latency: ['baseline-1c', 'direct-1c', 'newkey-1c', 'replay-redis-1c'],
+  latency: ['baseline-1c', 'direct-1c', 'newkey-1c', 'replay-pg-1c', 'replay-redis-1c'],
   throughput: ['baseline', 'direct', 'pass', 'newkey', 'replay-pg', 'replay-redis', 'storm', 'embedded'],
 };
 
