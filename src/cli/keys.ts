@@ -6,6 +6,9 @@ import { CliError, type CliIo } from './io.js';
 import type { Outcome } from './index.js';
 import { storeConfig, type CommonArgs } from './options.js';
 
+/** Between the two DELs of a purged key's cached copy (see purge below). */
+const REFILL_SETTLE_MS = 500;
+
 interface KeysArgs extends CommonArgs {
   action: string;
   tenant?: string;
@@ -110,7 +113,15 @@ export function keysCommand(io: CliIo, outcome: Outcome): CommandModule<CommonAr
             const cache = createRedisCache({ url: config.store.redis, prefix: defaultCachePrefix(config.store), commandTimeoutMs: 2000 },
               { metrics: createMetrics({ processMetrics: false }) });
             try {
-              const ok = (await cache.ready(3000)) && (await cache.purge(tenantId, args.key));
+              // Twice: a replay that read the row before the purge puts the
+              // record back into Redis right after answering (the refill);
+              // one that was on its way during the first DEL has landed
+              // by the second.
+              let ok = (await cache.ready(3000)) && (await cache.purge(tenantId, args.key));
+              if (ok) {
+                await new Promise((r) => setTimeout(r, REFILL_SETTLE_MS));
+                ok = await cache.purge(tenantId, args.key);
+              }
               io.stdout.write(ok ? 'removed the cached copy from Redis\n'
                 : 'warning: Redis could not be reached: a cached copy may still be replayed until its TTL ends (at most 1 h)\n');
               if (!ok) outcome.code = 1;

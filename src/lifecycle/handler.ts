@@ -229,6 +229,10 @@ async function answer(
       ctx.outcome = 'replayed';
       ctx.status = outcome.response.status;
       sendReplay(ctx.res, outcome.response, ctx.requestId);
+      // Served from PostgreSQL (the cache missed): put the record back.
+      if (claimReq !== null && outcome.ttlLeftMs !== undefined) {
+        deps.cache?.refill(id.tenantId, id.key, id.fingerprint, outcome.response, outcome.ttlLeftMs);
+      }
       return;
     case 'in_flight':
       if (shadow) return shadowForward(deps, ctx, route, body, 'conflict');

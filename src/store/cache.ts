@@ -14,6 +14,13 @@ export interface ReplayCache {
   /** After a commit; ttlMs never longer than the row's remaining retention. Fire and forget. */
   rememberComplete(tenantId: string, key: string, fingerprint: Buffer, response: StoredResponse, ttlMs: number): void;
   /**
+   * After a replay served from PostgreSQL (a miss: Redis flushed, restarted,
+   * or down when the key completed): puts the record back, so the next
+   * duplicate is a hit. ttlMs as for rememberComplete. Only a SET, and only
+   * of a record the cache can hold; fire and forget.
+   */
+  refill(tenantId: string, key: string, fingerprint: Buffer, response: StoredResponse, ttlMs: number): void;
+  /**
    * After a claim: a short-lived marker so a retry storm gets its 409 without
    * PostgreSQL. ttlMs is capped by leaseMs (the claim's lease, also used for
    * Retry-After); without leaseMs, ttlMs stands for both.

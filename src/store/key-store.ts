@@ -30,6 +30,7 @@ interface ClaimRow {
   body_retained: boolean | null;
   body_size: string | number | null;
   retry_after_s: number | null;
+  ttl_left_ms: number | null;
   lease_over: boolean | null;
 }
 
@@ -254,7 +255,9 @@ function decide(row: ClaimRow, fingerprint: Buffer): ClaimOutcome | null {
       return { kind: 'in_flight', retryAfterS: row.retry_after_s ?? 1 };
     case 'complete': {
       if (!fingerprint.equals(toBuffer(row.fingerprint)!)) return { kind: 'mismatch' };
-      return { kind: 'complete', response: toStored(row) };
+      return row.ttl_left_ms === null
+        ? { kind: 'complete', response: toStored(row) }
+        : { kind: 'complete', response: toStored(row), ttlLeftMs: Number(row.ttl_left_ms) };
     }
     default:
       return null;

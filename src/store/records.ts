@@ -29,7 +29,8 @@ export type ClaimOutcome =
   | { readonly kind: 'mismatch' }
   | { readonly kind: 'in_flight'; readonly retryAfterS: number }
   | { readonly kind: 'outcome_unknown' }
-  | { readonly kind: 'complete'; readonly response: StoredResponse };
+  /** ttlLeftMs: the row's remaining retention, by the database clock (for the cache). */
+  | { readonly kind: 'complete'; readonly response: StoredResponse; readonly ttlLeftMs?: number };
 
 export interface CommitRequest {
   readonly tenantId: string;

@@ -207,15 +207,8 @@ export class RedisCache implements ReplayCache {
 
   rememberComplete(tenantId: string, key: string, fingerprint: Buffer, response: StoredResponse, ttlMs: number): void {
     const k = cacheKey(this.prefix, tenantId, key);
-    const ttl = Math.floor(Math.min(ttlMs - TTL_SAFETY_MS, this.maxTtlMs));
-    let value: Buffer | null = null;
-    if (ttl >= MIN_TTL_MS && response.body.length <= this.maxBodyBytes) {
-      try {
-        value = encodeComplete(fingerprint, response, this.now() + ttl);
-      } catch {
-        value = null; // a header too long for the format: served from PostgreSQL
-      }
-    }
+    const ttl = this.recordTtl(ttlMs);
+    const value = this.encodeRecord(fingerprint, response, ttl);
     // Not cached (too big, too short-lived, breaker open): at least the
     // in-flight marker must go, or it would answer 409 for a completed key.
     if (value === null || !this.breaker.allow()) {
@@ -227,6 +220,35 @@ export class RedisCache implements ReplayCache {
       this.failed(err);
       this.del(k, 0);
     });
+  }
+
+  refill(tenantId: string, key: string, fingerprint: Buffer, response: StoredResponse, ttlMs: number): void {
+    const ttl = this.recordTtl(ttlMs);
+    const value = this.encodeRecord(fingerprint, response, ttl);
+    // A record the cache cannot hold stays a PostgreSQL replay: no command.
+    if (value === null) return;
+    if (!this.breaker.allow()) {
+      this.skipped.inc();
+      return;
+    }
+    // A plain SET, as after a commit: the row is complete, and a marker a
+    // SET could replace would be stale.
+    this.send(this.client.set(cacheKey(this.prefix, tenantId, key), value, 'PX', ttl));
+  }
+
+  /** A completed record's TTL: the row's remaining retention less a margin, capped. */
+  private recordTtl(ttlMs: number): number {
+    return Math.floor(Math.min(ttlMs - TTL_SAFETY_MS, this.maxTtlMs));
+  }
+
+  /** The cached value, or null when the record is not cached (too short-lived, too big, a header too long). */
+  private encodeRecord(fingerprint: Buffer, response: StoredResponse, ttl: number): Buffer | null {
+    if (!(ttl >= MIN_TTL_MS) || response.body.length > this.maxBodyBytes) return null;
+    try {
+      return encodeComplete(fingerprint, response, this.now() + ttl);
+    } catch {
+      return null; // a header too long for the format: served from PostgreSQL
+    }
   }
 
   rememberInFlight(tenantId: string, key: string, fingerprint: Buffer, ttlMs: number, leaseMs?: number): void {

@@ -213,6 +213,14 @@ describe('Redis down, slow or flushed', () => {
     assert.equal(r.json().key, key);
     assert.equal(c1.hit, c0.hit, 'not from Redis');
     assert.equal(c1.miss + c1.error, c0.miss + c0.error + 1);
+    // That replay put the record back: the duplicates after it are hits again.
+    await waitFor('the replay to refill the cache', async () => {
+      const before = (await cacheCounts(proxy.metrics)).hit;
+      const again = await post(key);
+      assert.equal(again.status, 201);
+      assert.equal(again.headers['idempotent-replayed'], 'true');
+      return (await cacheCounts(proxy.metrics)).hit === before + 1;
+    }, 2000, 20);
     assert.equal(executionsOf(key), 1);
   });
 

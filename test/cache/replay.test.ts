@@ -179,6 +179,33 @@ describe('replays from the Redis cache', () => {
     assert.equal(executionsOf('k-big'), 1);
   });
 
+  test('a replay served from PostgreSQL puts the record back, with the row\'s remaining retention as its TTL', async () => {
+    const h = { 'idempotency-key': 'k-refill', 'content-type': 'application/json' };
+    const k = cacheKey(prefix, 't', 'k-refill');
+    const first = await send(`${proxy.url}/short/json`, { headers: h, body: '{}' });
+    assert.equal(first.status, 201);
+    const committedAt = Date.now();
+    await redis.del(k); // as after a flush, a restart, or Redis down at commit time
+    await new Promise((r) => setTimeout(r, 600));
+    const c0 = await cacheCounts(proxy.metrics);
+    const fromPg = await send(`${proxy.url}/short/json`, { headers: h, body: '{}' });
+    assert.equal(fromPg.status, 201);
+    assert.equal(fromPg.headers['idempotent-replayed'], 'true');
+    assert.equal((await cacheCounts(proxy.metrics)).miss, c0.miss + 1, 'served from PostgreSQL');
+    const deadline = Date.now() + 2000;
+    while ((await redis.exists(k)) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    const ttl = await redis.pttl(k);
+    // ttl: 2s from the first claim, 600 ms of it gone: never the full 2 s again.
+    const left = 2000 - (Date.now() - committedAt);
+    assert.ok(ttl > 0 && ttl <= left, `refilled record PTTL ${ttl} must be within the row's remaining retention (< ${left} ms)`);
+    const c1 = await cacheCounts(proxy.metrics);
+    const fromRedis = await send(`${proxy.url}/short/json`, { headers: h, body: '{}' });
+    assert.equal((await cacheCounts(proxy.metrics)).hit, c1.hit + 1, 'the next duplicate is a hit');
+    assert.ok(fromRedis.body.equals(fromPg.body));
+    assert.deepEqual(comparableHeaders(fromRedis.headers), comparableHeaders(fromPg.headers));
+    assert.equal(executionsOf('k-refill'), 1);
+  });
+
   test('TTLs are never longer than the row retention (ttl: 2s) or the lease (lease: 1s)', async () => {
     const h = { 'idempotency-key': 'k-ttl', 'content-type': 'application/json' };
     let open!: () => void;

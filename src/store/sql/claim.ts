@@ -75,6 +75,8 @@ SELECT i.ord::int AS ord,
        coalesce(c.state, e.state) AS state,
        e.fingerprint, e.status_code, e.response_headers, e.response_body, e.body_retained, e.body_size,
        greatest(1, ceil(extract(epoch FROM (e.locked_until - now()))))::int AS retry_after_s,
+       -- The remaining retention of a replayed row: the cache refills with it.
+       greatest(0, floor(extract(epoch FROM (e.expires_at - now())) * 1000))::float8 AS ttl_left_ms,
        -- An in-flight row with its lease over that this claim did not take
        -- over (same fingerprint) is this statement's older snapshot of a row
        -- a concurrent claim just took over or marked outcome_unknown: the
