@@ -50,7 +50,14 @@ async function main(): Promise<number> {
     await children.stopAll();
     throw err;
   }
-  const opts: RunOptions = { ...parsed, adminUrl: services.adminUrl, redisUrl: services.redisUrl };
+  // As they ran: after a fallback to the machine's servers, the run drops its databases there.
+  const opts: RunOptions = {
+    ...parsed,
+    adminUrl: services.adminUrl,
+    redisUrl: services.redisUrl,
+    ownPostgres: services.ownPostgres,
+    ownRedis: services.ownRedis,
+  };
   let interrupted = false;
   const ctx: BenchContext = {
     opts,

@@ -14,7 +14,7 @@ export interface RunOptions {
   readonly noPin: boolean;
   readonly adminUrl: string; // PostgreSQL server, maintenance database (the run's own, once started)
   readonly redisUrl: string;
-  readonly ownPostgres: boolean; // start a pinned cluster of the run's own (no BENCH_PG_URL, no BENCH_SERVICES=machine)
+  readonly ownPostgres: boolean; // a pinned cluster of the run's own (asked for: no BENCH_PG_URL, no BENCH_SERVICES=machine; in run.ts: started)
   readonly ownRedis: boolean; // likewise for Redis (no BENCH_REDIS_URL)
   readonly dbName: string;
   readonly keepDb: boolean;

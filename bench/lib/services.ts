@@ -20,6 +20,9 @@ import { SERVER_CPU } from './servers.js';
 export interface Services {
   readonly adminUrl: string;
   readonly redisUrl: string;
+  /** True when the run started its own (false: an existing server, also after a fallback). */
+  readonly ownPostgres: boolean;
+  readonly ownRedis: boolean;
   /** For the table header: where PostgreSQL and Redis ran. */
   readonly description: string;
   /** Stops them; a cluster of the run's own is deleted unless `keep`. */
@@ -109,12 +112,15 @@ export async function startServices(ctx: Ctx): Promise<Services> {
   const parts: string[] = [];
   let adminUrl = opts.adminUrl;
   let redisUrl = opts.redisUrl;
+  let ownPostgres = false;
+  let ownRedis = false;
   const where = ctx.pin.enabled ? `pinned to CPU ${SERVER_CPU}` : 'not pinned';
 
   const bin = opts.ownPostgres ? postgresBin() : null;
   if (bin !== null) {
     const pg = await startPostgres(ctx, bin);
     adminUrl = pg.url;
+    ownPostgres = true;
     stops.push(async (keep) => {
       await pg.handle.stop();
       if (keep) ctx.log(`PostgreSQL cluster kept in ${pg.dir} (start it with: postgres -D ${pg.dir}/data -k ${pg.dir})`);
@@ -130,6 +136,7 @@ export async function startServices(ctx: Ctx): Promise<Services> {
   if (opts.ownRedis && onPath('redis-server')) {
     const redis = await startRedis(ctx);
     redisUrl = redis.url;
+    ownRedis = true;
     stops.push(() => redis.stop());
     parts.push(`Redis: the run's own (${where})`);
     ctx.log(`redis ${redisUrl} (pid ${redis.pid})`);
@@ -140,6 +147,8 @@ export async function startServices(ctx: Ctx): Promise<Services> {
   return {
     adminUrl,
     redisUrl,
+    ownPostgres,
+    ownRedis,
     description: parts.join('; '),
     async stop(keep) {
       for (const s of stops) await s(keep).catch(() => undefined);
