@@ -64,30 +64,41 @@ function asPostgresUser(): string[] {
   return process.getuid?.() === 0 ? ['setpriv', '--reuid=postgres', '--regid=postgres', '--init-groups', '--'] : [];
 }
 
-async function startPostgres(ctx: Ctx, bin: string): Promise<{ handle: ServerHandle; url: string; dir: string; tmpfs: boolean }> {
-  const dir = mkdtempSync(join(process.env['BENCH_PG_DIR'] ?? tmpdir(), 'idem-bench-pg-'));
-  const asUser = asPostgresUser();
-  if (asUser.length > 0) {
-    const id = (flag: string): number => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8' }).trim());
-    chownSync(dir, id('-u'), id('-g'));
+async function startPostgres(ctx: Ctx, bin: string): Promise<{ handle: ServerHandle; dir: string; tmpfs: boolean }> {
+  const parent = process.env['BENCH_PG_DIR'] ?? tmpdir();
+  let dir: string;
+  try {
+    dir = mkdtempSync(join(parent, 'idem-bench-pg-'));
+  } catch (err) {
+    throw new Error(`BENCH_PG_DIR=${parent}: cannot create the cluster's directory there (${(err as Error).message})`);
   }
-  const data = join(dir, 'data');
-  const [cmd, ...prefix] = [...asUser, join(bin, 'initdb')];
-  execFileSync(cmd!, [...prefix, '-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8'], { stdio: 'ignore' });
-  const port = await freePort();
-  const handle = await ctx.children.start({
-    name: 'postgres',
-    command: [
-      ...asUser, ...ctx.pin.prefix(SERVER_CPU), join(bin, 'postgres'), '-D', data, '-p', String(port), '-k', dir,
-      '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=on', '-c', 'synchronous_commit=on', '-c', 'max_connections=200',
-    ],
-    logFile: join(ctx.tmp, 'postgres.log'),
-    env: { ...process.env, LC_ALL: 'C' },
-    cwd: dir,
-    timeoutMs: 30_000,
-    ready: (line) => (line.includes('ready to accept connections') ? `postgres://postgres@127.0.0.1:${port}/postgres` : null),
-  });
-  return { handle, url: handle.url, dir, tmpfs: statfsSync(dir).type === TMPFS_MAGIC };
+  try {
+    const asUser = asPostgresUser();
+    if (asUser.length > 0) {
+      const id = (flag: string): number => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8' }).trim());
+      chownSync(dir, id('-u'), id('-g'));
+    }
+    const data = join(dir, 'data');
+    const [cmd, ...prefix] = [...asUser, join(bin, 'initdb')];
+    execFileSync(cmd!, [...prefix, '-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8'], { stdio: 'ignore' });
+    const port = await freePort();
+    const handle = await ctx.children.start({
+      name: 'postgres',
+      command: [
+        ...asUser, ...ctx.pin.prefix(SERVER_CPU), join(bin, 'postgres'), '-D', data, '-p', String(port), '-k', dir,
+        '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=on', '-c', 'synchronous_commit=on', '-c', 'max_connections=200',
+      ],
+      logFile: join(ctx.tmp, 'postgres.log'),
+      env: { ...process.env, LC_ALL: 'C' },
+      cwd: dir,
+      timeoutMs: 30_000,
+      ready: (line) => (line.includes('ready to accept connections') ? `postgres://postgres@127.0.0.1:${port}/postgres` : null),
+    });
+    return { handle, dir, tmpfs: statfsSync(dir).type === TMPFS_MAGIC };
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true }); // initdb or the start failed: nothing to keep
+    throw err;
+  }
 }
 
 async function startRedis(ctx: Ctx): Promise<ServerHandle> {
@@ -119,7 +130,7 @@ export async function startServices(ctx: Ctx): Promise<Services> {
   const bin = opts.ownPostgres ? postgresBin() : null;
   if (bin !== null) {
     const pg = await startPostgres(ctx, bin);
-    adminUrl = pg.url;
+    adminUrl = pg.handle.url;
     ownPostgres = true;
     stops.push(async (keep) => {
       await pg.handle.stop();
