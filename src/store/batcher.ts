@@ -1,9 +1,11 @@
-// Group commit for statements: requests that arrive while a statement is in
-// flight are sent together in the next one, so concurrent requests share one
-// round trip and one durable commit. An idle proxy sends at once: no timer,
-// no added latency. Items with equal `key(item)` never share a batch (one
-// statement must not touch the same row twice); the later one waits for the
-// next batch.
+// Group commit for statements: requests that arrive together share one round
+// trip and one durable commit. A batch is sent at the end of the event loop's
+// current turn (setImmediate), so every request whose bytes came in the same
+// poll joins it; requests that arrive while `maxInFlight` statements are
+// running wait for the next one. No timer: an idle proxy sends within the
+// same turn, with no added latency. Items with equal `key(item)` never share
+// a batch (one statement must not touch the same row twice); the later one
+// waits for the next batch.
 
 export interface BatcherOptions<I, O> {
   readonly run: (items: readonly I[]) => Promise<readonly O[]>;
@@ -21,7 +23,12 @@ interface Pending<I, O> {
 export class Batcher<I, O> {
   private queue: Pending<I, O>[] = [];
   private inFlight = 0;
+  private scheduled = false;
   private readonly opts: BatcherOptions<I, O>;
+  private readonly flushScheduled = (): void => {
+    this.scheduled = false;
+    if (this.inFlight < this.opts.maxInFlight) this.flush();
+  };
 
   constructor(opts: BatcherOptions<I, O>) {
     this.opts = opts;
@@ -30,8 +37,19 @@ export class Batcher<I, O> {
   submit(item: I): Promise<O> {
     return new Promise<O>((resolve, reject) => {
       this.queue.push({ item, resolve, reject });
-      if (this.inFlight < this.opts.maxInFlight) this.flush();
+      this.schedule();
     });
+  }
+
+  /**
+   * Sends at the end of this turn of the event loop (setImmediate: right after
+   * the I/O callbacks of the current poll, never a timer), so that requests
+   * whose bytes arrived in the same poll share one statement.
+   */
+  private schedule(): void {
+    if (this.scheduled || this.inFlight >= this.opts.maxInFlight) return;
+    this.scheduled = true;
+    setImmediate(this.flushScheduled);
   }
 
   get pending(): number {
@@ -58,7 +76,7 @@ export class Batcher<I, O> {
     }
     void settled.finally(() => {
       this.inFlight--;
-      if (this.queue.length > 0 && this.inFlight < this.opts.maxInFlight) this.flush();
+      if (this.queue.length > 0) this.schedule();
     });
   }
 

@@ -186,6 +186,18 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) {
       assert.deepEqual(await store.claim(claimReq('k-ro-lapsed')), { kind: 'claimed', attempt: 2 });
     });
 
+    test('claims and commits submitted in one turn of the event loop share one statement each, even on an idle store', async () => {
+      const batches: Array<[string, number]> = [];
+      const grouped = new KeyStore(db, { onBatch: (statement, rows) => batches.push([statement, rows]) });
+      const reqs = Array.from({ length: 30 }, (_, i) => claimReq(`k-turn-${i}`));
+      const outcomes = await Promise.all(reqs.map((r) => grouped.claim(r)));
+      assert.ok(outcomes.every((o) => o.kind === 'claimed'));
+      const commits = await Promise.all(reqs.map((r) => grouped.commit({ tenantId: r.tenantId, key: r.key, ownerToken: r.ownerToken, response })));
+      assert.ok(commits.every((c) => c.committed));
+      // Sent at once, the first one or two would each have gone alone.
+      assert.deepEqual(batches, [['claim', 30], ['commit', 30]]);
+    });
+
     test('200 concurrent claims of distinct keys are batched and all claimed', async () => {
       const reqs = Array.from({ length: 200 }, (_, i) => claimReq(`k-many-${i}`));
       const outcomes = await Promise.all(reqs.map((r) => store.claim(r)));
