@@ -9,6 +9,7 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { CacheHit, ReplayCache } from './cache.js';
 import { cacheKey, decode, encodeComplete, encodeInFlight } from './cache-codec.js';
 import { CircuitBreaker } from './circuit-breaker.js';
+import { Batcher } from './batcher.js';
 import type { StoredResponse } from './records.js';
 
 // The Redis lookaside cache (SPEC §3, docs/cache.md). It may make the proxy
@@ -63,6 +64,9 @@ export const CACHE_DEFAULTS = Object.freeze({
 const TTL_SAFETY_MS = 100;
 /** Below this a record is not worth a SET. */
 const MIN_TTL_MS = 50;
+/** Lookups per MGET, and MGETs in flight at once (pipelined on the one connection). */
+const LOOKUP_BATCH = 256;
+const LOOKUPS_IN_FLIGHT = 8;
 /** Retries of a failed DEL after a release, so a stale marker does not block the retry. */
 const FORGET_RETRIES_MS = [50, 250, 1000];
 
@@ -86,6 +90,8 @@ export class RedisCache implements ReplayCache {
   private closed = false;
   private readonly ok: () => void;
   private readonly failed: (err: unknown) => void;
+  /** Lookups of one turn of the event loop go to Redis as one MGET. */
+  private readonly lookups: Batcher<string, Buffer | null>;
 
   constructor(opts: RedisCacheOptions, deps: RedisCacheDeps) {
     const o = { ...CACHE_DEFAULTS, ...stripUndefined(opts) };
@@ -140,6 +146,11 @@ export class RedisCache implements ReplayCache {
       retryStrategy: (times) => Math.min(100 * times, 1000),
       connectionName: 'idempotency-proxy',
     });
+    this.lookups = new Batcher({
+      run: (keys) => this.client.mgetBuffer(keys as string[]),
+      maxBatch: LOOKUP_BATCH,
+      maxInFlight: LOOKUPS_IN_FLIGHT,
+    });
     // Without a listener ioredis' 'error' events would crash the process.
     this.client.on('error', (err: Error) => {
       if (!this.errorLogged && !this.closed) {
@@ -182,10 +193,9 @@ export class RedisCache implements ReplayCache {
       this.skipped.inc();
       return null;
     }
-    const k = cacheKey(this.prefix, tenantId, key);
     let value: Buffer | null;
     try {
-      value = await this.client.getBuffer(k);
+      value = await this.lookups.submit(cacheKey(this.prefix, tenantId, key));
     } catch (err) {
       this.failed(err);
       return null;

@@ -65,6 +65,34 @@ describe('RedisCache', () => {
     assert.equal(await cache.lookup('t', 'c'), null);
   });
 
+  test('lookups made in one turn of the event loop reach Redis as one MGET, each with its own answer', async () => {
+    cache.rememberComplete('t', 'm-hit-1', fp, response, 60_000);
+    cache.rememberInFlight('t', 'm-flight', fp, 5000, 90_000);
+    cache.rememberComplete('t', 'm-hit-2', other, { ...response, body: Buffer.from('two') }, 60_000);
+    await settle();
+    const monitor = await redis.monitor();
+    const seen: string[][] = [];
+    monitor.on('monitor', (_time: string, args: string[]) => {
+      if (args.slice(1).some((a) => a.startsWith(prefix))) seen.push(args);
+    });
+    try {
+      const names = Array.from({ length: 20 }, (_, i) => (i === 3 ? 'm-hit-1' : i === 7 ? 'm-flight' : i === 11 ? 'm-hit-2' : `m-none-${i}`));
+      const hits = await Promise.all(names.map((n) => cache.lookup('t', n)));
+      hits.forEach((h, i) => {
+        if (i === 3) assert.ok(h?.kind === 'complete' && h.response.body.toString() === 'ok', `lookup ${i}`);
+        else if (i === 7) assert.equal(h?.kind, 'in_flight', `lookup ${i}`);
+        else if (i === 11) assert.ok(h?.kind === 'complete' && h.fingerprint.equals(other) && h.response.body.toString() === 'two', `lookup ${i}`);
+        else assert.equal(h, null, `lookup ${i}`);
+      });
+      await settle();
+      // One command for the twenty, not twenty GETs.
+      assert.deepEqual(seen.map((a) => a[0]!.toLowerCase()), ['mget']);
+      assert.deepEqual(seen[0]!.slice(1), names.map((n) => cache.key('t', n)));
+    } finally {
+      monitor.disconnect();
+    }
+  });
+
   test('the record TTL is the remaining retention minus a margin, capped', async () => {
     cache.rememberComplete('t', 'd', fp, response, 1000);
     cache.rememberComplete('t', 'e', fp, response, 10 * 3_600_000);
