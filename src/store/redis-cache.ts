@@ -64,9 +64,12 @@ export const CACHE_DEFAULTS = Object.freeze({
 const TTL_SAFETY_MS = 100;
 /** Below this a record is not worth a SET. */
 const MIN_TTL_MS = 50;
-/** Lookups per MGET, and MGETs in flight at once (pipelined on the one connection). */
+/**
+ * Lookups per MGET. MGETs in flight are not limited (they pipeline on the one
+ * connection): every turn's MGET leaves at the end of that turn, so no lookup
+ * waits behind another's timeout and each is bounded by commandTimeoutMs.
+ */
 const LOOKUP_BATCH = 256;
-const LOOKUPS_IN_FLIGHT = 8;
 /** Retries of a failed DEL after a release, so a stale marker does not block the retry. */
 const FORGET_RETRIES_MS = [50, 250, 1000];
 
@@ -149,7 +152,7 @@ export class RedisCache implements ReplayCache {
     this.lookups = new Batcher({
       run: (keys) => this.client.mgetBuffer(keys as string[]),
       maxBatch: LOOKUP_BATCH,
-      maxInFlight: LOOKUPS_IN_FLIGHT,
+      maxInFlight: Number.POSITIVE_INFINITY,
     });
     // Without a listener ioredis' 'error' events would crash the process.
     this.client.on('error', (err: Error) => {

@@ -6,7 +6,7 @@ import { createMetrics } from '../../src/metrics/metrics.js';
 import { createRedisCache, type RedisCache } from '../../src/store/redis-cache.js';
 import type { StoredResponse } from '../../src/store/records.js';
 import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts } from './helpers/proxy.js';
-import { SHARED_REDIS_URL, deletePrefix, sharedRedis, uniquePrefix } from './helpers/redis.js';
+import { SHARED_REDIS_URL, deletePrefix, sharedRedis, startThrowawayRedis, uniquePrefix } from './helpers/redis.js';
 
 // The RedisCache object on its own, against the shared Redis under a
 // prefix of its own: the port's contract without the HTTP lifecycle.
@@ -90,6 +90,34 @@ describe('RedisCache', () => {
       assert.deepEqual(seen[0]!.slice(1), names.map((n) => cache.key('t', n)));
     } finally {
       monitor.disconnect();
+    }
+  });
+
+  test('Redis not answering: lookups of successive turns each give up after their own timeout, none waits behind another', async () => {
+    const stuck = await startThrowawayRedis();
+    const timeoutMs = 300;
+    const c = createRedisCache({ url: stuck.url, prefix, commandTimeoutMs: timeoutMs, breakerThreshold: 100 }, { metrics: createMetrics({ processMetrics: false }) });
+    try {
+      assert.equal(await c.ready(2000), true);
+      stuck.pause();
+      // Twelve turns in a row, one lookup each: twelve MGETs outstanding at once.
+      const took: Array<Promise<number>> = [];
+      for (let i = 0; i < 12; i++) {
+        const t0 = performance.now();
+        took.push(c.lookup('t', `stuck-${i}`).then((hit) => {
+          assert.equal(hit, null);
+          return performance.now() - t0;
+        }));
+        await new Promise((r) => setImmediate(r));
+      }
+      const ms = await Promise.all(took);
+      // Queued behind the first ones, the later lookups would take two timeouts.
+      assert.ok(Math.max(...ms) < timeoutMs * 1.6, `slowest lookup ${Math.max(...ms).toFixed(0)} ms (timeout ${timeoutMs} ms): ${ms.map((x) => x.toFixed(0)).join(', ')}`);
+      assert.ok(Math.min(...ms) >= timeoutMs * 0.9, `a lookup gave up before its timeout: ${ms.map((x) => x.toFixed(0)).join(', ')}`);
+    } finally {
+      stuck.resume();
+      await c.close();
+      await stuck.close();
     }
   });
 
