@@ -27,7 +27,8 @@ export class Batcher<I, O> {
   private readonly opts: BatcherOptions<I, O>;
   private readonly flushScheduled = (): void => {
     this.scheduled = false;
-    if (this.inFlight < this.opts.maxInFlight) this.flush();
+    // More than maxBatch in one turn: as many statements as may run at once.
+    while (this.queue.length > 0 && this.inFlight < this.opts.maxInFlight) this.flush();
   };
 
   constructor(opts: BatcherOptions<I, O>) {
