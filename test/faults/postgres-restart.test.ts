@@ -89,13 +89,17 @@ describe('PostgreSQL restarted under load', () => {
     await sleep(BEFORE_MS);
     await pgc.stop('immediate');
     const downAt = Date.now() - t0;
+    // Requests caught in their commit wait the outage out (the commit is
+    // retried); with batching the workers move in step, so all of them may
+    // be. A client that arrives now must get its 503 at once.
+    const arriving = worker(WORKERS);
     const readyDuring = (await fetch(`${proxy.adminUrl}/readyz`)).status;
     await sleep(OUTAGE_MS - (Date.now() - t0 - downAt));
     await pgc.start();
     const upAt = Date.now() - t0;
     await sleep(AFTER_MS);
     generating = false;
-    await workers;
+    await Promise.all([workers, arriving]);
 
     const attempts = logs.flatMap((l) => l.attempts);
     const byStatus = new Map<string, number>();
