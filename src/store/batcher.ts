@@ -53,10 +53,6 @@ export class Batcher<I, O> {
     setImmediate(this.flushScheduled);
   }
 
-  get pending(): number {
-    return this.queue.length;
-  }
-
   private flush(): void {
     if (this.queue.length === 0) return;
     const batch = this.take();
