@@ -3,8 +3,8 @@ import { type Db, toBuffer } from './db/port.js';
 import type {
   ClaimOutcome, ClaimRequest, CommitOutcome, CommitRequest, KeyRecord, StoredResponse,
 } from './records.js';
-import { claimStatement } from './sql/claim.js';
-import { commitStatement } from './sql/commit.js';
+import { claimOneStatement, claimStatement } from './sql/claim.js';
+import { commitOneStatement, commitStatement } from './sql/commit.js';
 import { releaseStatement } from './sql/release.js';
 import { extendStatement } from './sql/extend.js';
 import { getStatement } from './sql/get.js';
@@ -16,6 +16,12 @@ export interface KeyStoreOptions {
   readonly maxInFlight?: number;
   /** Told the size of every claim or commit statement sent (rows in it). */
   readonly onBatch?: (statement: 'claim' | 'commit', rows: number) => void;
+  /**
+   * A lone claim or commit goes as its single-row statement (default true).
+   * False sends every one through the batch statement: tests run the store's
+   * contract against both.
+   */
+  readonly singleRowStatements?: boolean;
 }
 
 interface ClaimRow {
@@ -57,9 +63,11 @@ export class KeyStore {
   private readonly claims: Batcher<ClaimRequest, RawClaim>;
   private readonly commits: Batcher<CommitRequest, CommitOutcome>;
   private readonly onBatch: KeyStoreOptions['onBatch'];
+  private readonly singleRow: boolean;
 
   constructor(private readonly db: Db, opts: KeyStoreOptions = {}) {
     this.onBatch = opts.onBatch;
+    this.singleRow = opts.singleRowStatements ?? true;
     const maxBatch = opts.maxBatch ?? 256;
     const maxInFlight = opts.maxInFlight ?? (db.singleInstance ? 1 : 2);
     this.claims = new Batcher({
@@ -150,6 +158,16 @@ export class KeyStore {
    */
   private async runClaims(items: readonly ClaimRequest[]): Promise<RawClaim[]> {
     const n = items.length;
+    if (n === 1 && this.singleRow) {
+      this.onBatch?.('claim', 1);
+      const c = items[0]!;
+      const rows = await this.db.query<ClaimRow>(claimOneStatement, [
+        c.tenantId, c.key, c.fingerprint.toString('hex'), c.ownerToken, c.leaseMs, c.ttlMs,
+        c.onExpiredLease, c.route, c.method, c.path,
+      ]);
+      const row = rows[0];
+      return [row === undefined ? { kind: 'absent' } : rawFromRow(row, c.fingerprint)];
+    }
     let firstOf: Map<string, number> | null = null;
     let sent: number[] | null = null; // item index per statement row, when some were folded
     if (n > 1) {
@@ -162,6 +180,7 @@ export class KeyStore {
       if (sent !== null) sent = [...firstOf.values()];
     }
     const m = sent === null ? n : sent.length;
+    this.onBatch?.('claim', m);
     const tenants = new Array<string>(m), keys = new Array<string>(m), fps = new Array<string>(m);
     const owners = new Array<string>(m), leases = new Array<number>(m), ttls = new Array<number>(m);
     const policies = new Array<string>(m), routes = new Array<string>(m), methods = new Array<string>(m);
@@ -172,7 +191,6 @@ export class KeyStore {
       owners[j] = c.ownerToken; leases[j] = c.leaseMs; ttls[j] = c.ttlMs;
       policies[j] = c.onExpiredLease; routes[j] = c.route; methods[j] = c.method; paths[j] = c.path;
     }
-    this.onBatch?.('claim', m);
     const rows = await this.db.query<ClaimRow>(claimStatement, [
       tenants, keys, fps, owners, leases, ttls, policies, routes, methods, paths,
     ]);
@@ -194,6 +212,16 @@ export class KeyStore {
 
   private async runCommits(items: readonly CommitRequest[]): Promise<CommitOutcome[]> {
     const n = items.length;
+    if (n === 1 && this.singleRow) {
+      this.onBatch?.('commit', 1);
+      const c = items[0]!;
+      const rows = await this.db.query<{ ttl_left_ms: number }>(commitOneStatement, [
+        c.tenantId, c.key, c.ownerToken, c.response.status, JSON.stringify(c.response.headers),
+        c.response.body.toString('hex'), c.response.bodyRetained, c.response.bodySize,
+      ]);
+      const row = rows[0];
+      return [row === undefined ? { committed: false } : { committed: true, ttlLeftMs: row.ttl_left_ms }];
+    }
     const tenants = new Array<string>(n), keys = new Array<string>(n), owners = new Array<string>(n);
     const statuses = new Array<number>(n), headers = new Array<string>(n), bodies = new Array<string>(n);
     const retained = new Array<boolean>(n), sizes = new Array<number>(n);

@@ -27,14 +27,23 @@ const response: StoredResponse = {
 
 const raw = (db: Db, text: string, values: unknown[] = []) => db.query({ name: '', text }, values);
 
-for (const backend of ['postgres', 'pglite'] as Backend[]) {
-  describe(`KeyStore on ${backend}`, () => {
+// Every case runs with a lone claim or commit on its single-row statement (as
+// the proxy runs) and again with everything through the batch statement: the
+// two must keep the same contract.
+const modes = [
+  { label: 'single-row statements for lone requests', singleRowStatements: true },
+  { label: 'batch statements only', singleRowStatements: false },
+];
+
+for (const backend of ['postgres', 'pglite'] as Backend[]) for (const mode of modes) {
+  describe(`KeyStore on ${backend}, ${mode.label}`, () => {
     let db: Db;
     let close: () => Promise<void>;
     let store: KeyStore;
+    const options = { singleRowStatements: mode.singleRowStatements };
     before(async () => {
       ({ db, close } = await openBackend(backend));
-      store = new KeyStore(db);
+      store = new KeyStore(db, options);
     });
     after(async () => close());
 
@@ -188,7 +197,7 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) {
 
     test('claims and commits submitted in one turn of the event loop share one statement each, even on an idle store', async () => {
       const batches: Array<[string, number]> = [];
-      const grouped = new KeyStore(db, { onBatch: (statement, rows) => batches.push([statement, rows]) });
+      const grouped = new KeyStore(db, { ...options, onBatch: (statement, rows) => batches.push([statement, rows]) });
       const reqs = Array.from({ length: 30 }, (_, i) => claimReq(`k-turn-${i}`));
       const outcomes = await Promise.all(reqs.map((r) => grouped.claim(r)));
       assert.ok(outcomes.every((o) => o.kind === 'claimed'));
@@ -196,6 +205,30 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) {
       assert.ok(commits.every((c) => c.committed));
       // Sent at once, the first one or two would each have gone alone.
       assert.deepEqual(batches, [['claim', 30], ['commit', 30]]);
+    });
+
+    test('a lone claim or commit goes as the single-row statement when enabled; a turn of several, and a storm folded to one key, as the batch statement', async () => {
+      const names: string[] = [];
+      const watched: Db = { ...db, query: (stmt, values) => (names.push(stmt.name), db.query(stmt, values)) };
+      const s = new KeyStore(watched, options);
+      const one = claimReq('k-lone');
+      assert.deepEqual(await s.claim(one), { kind: 'claimed', attempt: 1 });
+      assert.equal((await s.commit({ tenantId: 't1', key: 'k-lone', ownerToken: one.ownerToken, response })).committed, true);
+      const replay = await s.claim(claimReq('k-lone'));
+      assert.ok(replay.kind === 'complete' && replay.response.body.equals(response.body));
+      const pair = [claimReq('k-pair-a'), claimReq('k-pair-b')];
+      assert.ok((await Promise.all(pair.map((r) => s.claim(r)))).every((o) => o.kind === 'claimed'));
+      const storm = Array.from({ length: 3 }, () => claimReq('k-lone-storm'));
+      const kinds = (await Promise.all(storm.map((r) => s.claim(r)))).map((o) => o.kind).sort();
+      assert.deepEqual(kinds, ['claimed', 'in_flight', 'in_flight']);
+      const lone = mode.singleRowStatements;
+      assert.deepEqual(names, [
+        lone ? 'idem_claim_one_v1' : 'idem_claim_v2',
+        lone ? 'idem_commit_one_v1' : 'idem_commit_v1',
+        lone ? 'idem_claim_one_v1' : 'idem_claim_v2',
+        'idem_claim_v2',
+        'idem_claim_v2',
+      ]);
     });
 
     test('200 concurrent claims of distinct keys are batched and all claimed', async () => {

@@ -8,12 +8,10 @@ import type { Statement } from '../db/port.js';
 // was lost. It is written again, identically, and reported committed.
 // Rows are locked in (tenant_id, idem_key) order before the update, the order
 // the claim statement uses: concurrent batches never deadlock.
-export const commitStatement: Statement = {
-  name: 'idem_commit_v1',
-  text: `
-WITH v AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[])
-       AS v(tenant_id, idem_key, owner_token, status_code, headers, body, retained, size)
+// As with the claim, a lone commit has a statement of its own with the same
+// text around scalar parameters (a smaller plan, started and run faster).
+const commitText = (input: string): string => `
+WITH v AS (${input}
 ), locked AS (
   -- Row locks in (tenant_id, idem_key) order, the order claims take them in.
   SELECT k.tenant_id, k.idem_key
@@ -30,5 +28,19 @@ UPDATE idempotency_keys AS k
  WHERE k.tenant_id = v.tenant_id AND k.idem_key = v.idem_key
    AND k.owner_token = v.owner_token AND k.state IN ('in_flight', 'complete')
 RETURNING k.tenant_id, k.idem_key,
-          greatest(0, floor(extract(epoch FROM (k.expires_at - now())) * 1000))::float8 AS ttl_left_ms`,
+          greatest(0, floor(extract(epoch FROM (k.expires_at - now())) * 1000))::float8 AS ttl_left_ms`;
+
+export const commitStatement: Statement = {
+  name: 'idem_commit_v1',
+  text: commitText(`
+  SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[])
+       AS v(tenant_id, idem_key, owner_token, status_code, headers, body, retained, size)`),
+};
+
+/** The same commit for exactly one key: the parameters of commitStatement as scalars, in the same order. */
+export const commitOneStatement: Statement = {
+  name: 'idem_commit_one_v1',
+  text: commitText(`
+  SELECT $1::text AS tenant_id, $2::text AS idem_key, $3::uuid AS owner_token, $4::int AS status_code,
+         $5::text AS headers, $6::text AS body, $7::bool AS retained, $8::bigint AS size`),
 };
