@@ -72,9 +72,28 @@ function claimTable(claim: ClaimResult | null): string[] {
   return out;
 }
 
+/** BENCH.md's anchor: the bare baseline's p50 at 1 connection on the machine the latency targets were set on. */
+export const ANCHOR_BASELINE_1C_P50_MS = 0.27;
+
+/**
+ * The latency targets are absolute, and the machines are not: a sentence
+ * putting each 1-connection p50 beside the baseline's own p50 in the same run,
+ * and what it would be on BENCH.md's anchor machine if everything scaled
+ * alike (a rough guide only: an fsync does not scale with the CPU). The
+ * verdict in the table stays the absolute one.
+ */
+export function latencyNote(rows: readonly SummaryRow[]): string[] {
+  const base = rows.find((r) => r.id === 'baseline-1c')?.p50 ?? null;
+  const judged = rows.filter((r) => r.goal?.kind === 'p50-max' && r.p50 !== null);
+  if (base === null || base <= 0 || judged.length === 0) return [];
+  const scale = ANCHOR_BASELINE_1C_P50_MS / base;
+  const parts = judged.map((r) => `${r.title}: ${ms(r.p50)} ms = ${(r.p50! / base).toFixed(2)}× the baseline's, ≈ ${ms(r.p50! * scale)} ms there (target ${goalText(r.goal)})`);
+  return ['', `At 1 connection the bare baseline's own p50 was ${ms(base)} ms in this run; on BENCH.md's anchor machine it was ${ANCHOR_BASELINE_1C_P50_MS} ms. Scaled alike (rough: an fsync does not scale with the CPU): ${parts.join('; ')}.`];
+}
+
 export function renderReport(input: ReportInput): string {
   const lines = [input.header];
-  if (input.rows.length > 0) lines.push('', ...scenarioTable(input.rows));
+  if (input.rows.length > 0) lines.push('', ...scenarioTable(input.rows), ...latencyNote(input.rows));
   if (input.skipped.length > 0) lines.push('', ...input.skipped.map((s) => `- not run: ${s}`));
   lines.push(...rssTable(input.rss), ...claimTable(input.claim));
   const mem = Object.entries(input.memory).filter(([, m]) => m !== null);

@@ -29,9 +29,14 @@ describe('prepared statements keep an index plan made while the table was empty'
   });
 
   test('claims and commits planned on an empty table use the primary key once the table holds 30 000 rows', async () => {
-    const store = new KeyStore(db, { maxInFlight: 1 });
+    // Lone requests go as the single-row twins; a second store sends them as
+    // the batch statements: every one of the four is planned on the empty table.
+    const stores = [new KeyStore(db, { maxInFlight: 1 }), new KeyStore(db, { maxInFlight: 1, singleRowStatements: false })];
     const fingerprint = Buffer.alloc(32, 1);
     const claimAndCommit = async (key: string): Promise<void> => {
+      for (const store of stores) await claimAndCommitOn(store, `${key}-${stores.indexOf(store)}`);
+    };
+    const claimAndCommitOn = async (store: KeyStore, key: string): Promise<void> => {
       const ownerToken = randomUUID();
       const c = await store.claim({ tenantId: PLAN_TENANT, key, fingerprint, ownerToken, leaseMs: 60_000, ttlMs: 3_600_000, onExpiredLease: 'reexecute', route: 'r', method: 'POST', path: '/x' });
       assert.equal(c.kind, 'claimed');
@@ -61,15 +66,19 @@ describe('prepared statements keep an index plan made while the table was empty'
       ARRAY[60000::float8], ARRAY[3600000::float8], ARRAY['reexecute'], ARRAY['r'], ARRAY['POST'], ARRAY['/x'])`);
     const commitPlan = await plan(`EXPLAIN EXECUTE idem_commit_v1(ARRAY['${PLAN_TENANT}'], ARRAY['seed-8'], ARRAY[gen_random_uuid()], ARRAY[200],
       ARRAY['[]'], ARRAY['7b7d'], ARRAY[true], ARRAY[2::bigint])`);
-    for (const [name, p] of [['claim', claimPlan], ['commit', commitPlan]] as const) {
+    const claimOnePlan = await plan(`EXPLAIN EXECUTE idem_claim_one_v1('${PLAN_TENANT}', 'seed-9', '01', gen_random_uuid(),
+      60000, 3600000, 'reexecute', 'r', 'POST', '/x')`);
+    const commitOnePlan = await plan(`EXPLAIN EXECUTE idem_commit_one_v1('${PLAN_TENANT}', 'seed-10', gen_random_uuid(), 200, '[]', '7b7d', true, 2)`);
+    for (const [name, p] of [['claim', claimPlan], ['commit', commitPlan], ['lone claim', claimOnePlan], ['lone commit', commitOnePlan]] as const) {
       assert.doesNotMatch(p, /Seq Scan on idempotency_keys/, `${name} plan scans the whole table:\n${p}`);
       assert.match(p, /idempotency_keys_pkey/, `${name} plan does not use the primary key:\n${p}`);
     }
 
     // Planned once per session, not once per execution.
     const rows = await db.query<{ name: string; generic_plans: string; custom_plans: string }>(
-      { name: '', text: `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements WHERE name IN ('idem_claim_v2', 'idem_commit_v1')` }, []);
-    assert.equal(rows.length, 2, 'both statements prepared on this session');
+      { name: '', text: `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
+                          WHERE name IN ('idem_claim_v2', 'idem_commit_v1', 'idem_claim_one_v1', 'idem_commit_one_v1')` }, []);
+    assert.equal(rows.length, 4, 'all four statements prepared on this session');
     for (const r of rows) {
       assert.equal(Number(r.custom_plans), 0, `${r.name} was planned per execution (${r.custom_plans} custom plans)`);
       assert.ok(Number(r.generic_plans) >= 21, `${r.name}: ${r.generic_plans} generic plan executions`);

@@ -4,6 +4,7 @@ import type { RunningProxy } from '../../src/app.js';
 import { send } from '../helpers/http.js';
 import { PROBLEM, streamed } from './helpers/client.js';
 import { answer, hold, startControlledUpstream, type ControlledUpstream } from './helpers/controlled-upstream.js';
+import { commitOneStatement } from '../../src/store/sql/commit.js';
 import { startPgRelay } from './helpers/pg-relay.js';
 import { startThrowawayPostgres, type ThrowawayPostgres } from './helpers/pg-cluster.js';
 import { query, startInProcess } from './helpers/proxies.js';
@@ -169,9 +170,14 @@ describe('PostgreSQL restarted under load', () => {
       const warm = await send(`${p.url}/orders/1`, { headers: { 'idempotency-key': 'pg-lost-warm', 'x-tenant': 'tenant-0' }, body: '{}' });
       assert.equal(warm.status, 201);
       const k = 'pg-lost-reply';
-      const lost = relay.loseNextReply('idem_commit_v1');
+      // A lone commit goes as the single-row statement.
+      const lost = relay.loseNextReply(commitOneStatement.name);
       const r = await send(`${p.url}/orders/1`, { headers: { 'idempotency-key': k, 'x-tenant': 'tenant-0' }, body: '{"x":1}' }).catch((e: Error) => e);
-      await lost;
+      let timer: NodeJS.Timeout | undefined;
+      const seen = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no ${commitOneStatement.name} reply went through the relay within 10 s`)), 10_000);
+      });
+      await Promise.race([lost, seen]).finally(() => clearTimeout(timer));
       assert.ok(!(r instanceof Error), `the record is committed, so the client must get its answer (${(r as Error).message})`);
       assert.equal(r.status, 201);
       const fenced = (await p.metrics.leaseLost.get()).values.reduce((a, v) => a + v.value, 0);

@@ -26,9 +26,10 @@ import type { Statement } from '../db/port.js';
 // Two statements share this text and differ only in where the input rows come
 // from: arrays of a batch (unnest), or the ten scalar parameters of a lone
 // claim as one row with ord 1. A lone claim is the common case whenever the
-// proxy is not busy, and its plan is a third smaller (no hash joins or merge
-// join over the input): PostgreSQL starts and runs it in less time, which is
-// most of a claim's latency besides the fsync.
+// proxy is not busy, and its plan joins the one input row by nested loops
+// (no hash tables, no merge join): PostgreSQL starts and runs it sooner, and
+// starting and running the statement is most of a claim's latency besides
+// the fsync (docs/storage.md).
 const claimText = (input: string): string => `
 WITH input AS (${input}
 ), found AS (
