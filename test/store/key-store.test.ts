@@ -7,6 +7,8 @@ import { migrate } from '../../src/store/migrate.js';
 import type { ClaimRequest, StoredResponse } from '../../src/store/records.js';
 import type { Db } from '../../src/store/db/port.js';
 import { openBackend, type Backend } from '../helpers/db.js';
+import { claimOneStatement, claimStatement } from '../../src/store/sql/claim.js';
+import { commitOneStatement, commitStatement } from '../../src/store/sql/commit.js';
 
 const fp = (s: string) => createHash('sha256').update(s).digest();
 
@@ -223,11 +225,11 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) for (const mode of mo
       assert.deepEqual(kinds, ['claimed', 'in_flight', 'in_flight']);
       const lone = mode.singleRowStatements;
       assert.deepEqual(names, [
-        lone ? 'idem_claim_one_v1' : 'idem_claim_v2',
-        lone ? 'idem_commit_one_v1' : 'idem_commit_v1',
-        lone ? 'idem_claim_one_v1' : 'idem_claim_v2',
-        'idem_claim_v2',
-        'idem_claim_v2',
+        (lone ? claimOneStatement : claimStatement).name,
+        (lone ? commitOneStatement : commitStatement).name,
+        (lone ? claimOneStatement : claimStatement).name,
+        claimStatement.name,
+        claimStatement.name,
       ]);
     });
 

@@ -14,24 +14,27 @@ const commitText = (input: string): string => `
 WITH v AS (${input}
 ), locked AS (
   -- Row locks in (tenant_id, idem_key) order, the order claims take them in.
-  SELECT k.tenant_id, k.idem_key
+  -- Each locked row carries its input along, so the UPDATE joins only this:
+  -- joined to v again, the update compared every row with every input row
+  -- (a nested loop, n² for a batch of n: 16 ms for 128 rows against 7).
+  SELECT k.tenant_id, k.idem_key, v.owner_token, v.status_code, v.headers, v.body, v.retained, v.size
     FROM idempotency_keys k JOIN v ON k.tenant_id = v.tenant_id AND k.idem_key = v.idem_key
    WHERE k.owner_token = v.owner_token AND k.state IN ('in_flight', 'complete')
    ORDER BY k.tenant_id, k.idem_key
      FOR UPDATE OF k
 )
 UPDATE idempotency_keys AS k
-   SET state = 'complete', status_code = v.status_code, response_headers = v.headers::jsonb,
-       response_body = decode(v.body, 'hex'), body_retained = v.retained, body_size = v.size,
+   SET state = 'complete', status_code = l.status_code, response_headers = l.headers::jsonb,
+       response_body = decode(l.body, 'hex'), body_retained = l.retained, body_size = l.size,
        completed_at = now(), locked_until = NULL
-  FROM v JOIN locked l ON l.tenant_id = v.tenant_id AND l.idem_key = v.idem_key
- WHERE k.tenant_id = v.tenant_id AND k.idem_key = v.idem_key
-   AND k.owner_token = v.owner_token AND k.state IN ('in_flight', 'complete')
+  FROM locked l
+ WHERE k.tenant_id = l.tenant_id AND k.idem_key = l.idem_key
+   AND k.owner_token = l.owner_token AND k.state IN ('in_flight', 'complete')
 RETURNING k.tenant_id, k.idem_key,
           greatest(0, floor(extract(epoch FROM (k.expires_at - now())) * 1000))::float8 AS ttl_left_ms`;
 
 export const commitStatement: Statement = {
-  name: 'idem_commit_v1',
+  name: 'idem_commit_v2',
   text: commitText(`
   SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[])
        AS v(tenant_id, idem_key, owner_token, status_code, headers, body, retained, size)`),
@@ -39,7 +42,7 @@ export const commitStatement: Statement = {
 
 /** The same commit for exactly one key: the parameters of commitStatement as scalars, in the same order. */
 export const commitOneStatement: Statement = {
-  name: 'idem_commit_one_v1',
+  name: 'idem_commit_one_v2',
   text: commitText(`
   SELECT $1::text AS tenant_id, $2::text AS idem_key, $3::uuid AS owner_token, $4::int AS status_code,
          $5::text AS headers, $6::text AS body, $7::bool AS retained, $8::bigint AS size`),
