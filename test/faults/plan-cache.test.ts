@@ -35,15 +35,15 @@ describe('prepared statements keep an index plan made while the table was empty'
     // the batch statements: every one of the four is planned on the empty table.
     const stores = [new KeyStore(db, { maxInFlight: 1 }), new KeyStore(db, { maxInFlight: 1, singleRowStatements: false })];
     const fingerprint = Buffer.alloc(32, 1);
-    const claimAndCommit = async (key: string): Promise<void> => {
-      for (const store of stores) await claimAndCommitOn(store, `${key}-${stores.indexOf(store)}`);
-    };
     const claimAndCommitOn = async (store: KeyStore, key: string): Promise<void> => {
       const ownerToken = randomUUID();
       const c = await store.claim({ tenantId: PLAN_TENANT, key, fingerprint, ownerToken, leaseMs: 60_000, ttlMs: 3_600_000, onExpiredLease: 'reexecute', route: 'r', method: 'POST', path: '/x' });
       assert.equal(c.kind, 'claimed');
       const done = await store.commit({ tenantId: PLAN_TENANT, key, ownerToken, response: { status: 201, headers: [], body: Buffer.from('{}'), bodyRetained: true, bodySize: 2 } });
       assert.equal(done.committed, true);
+    };
+    const claimAndCommit = async (key: string): Promise<void> => {
+      for (const [i, store] of stores.entries()) await claimAndCommitOn(store, `${key}-${i}`);
     };
     const seed = async (from: number, to: number): Promise<void> => {
       await sql(t.url, `INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
