@@ -1,20 +1,20 @@
-import type { ServerResponse } from 'node:http';
-import { callUpstream, type UpstreamCall } from '../proxy/forward.js';
-import { clientResponseHeaders } from '../proxy/headers.js';
-import { UpstreamError, classify } from '../proxy/upstream.js';
+import { recordUpstream, type Recorder, type Recording } from '../proxy/relay.js';
+import type { UpstreamError } from '../proxy/upstream.js';
 import { PROBLEM_CONTENT_TYPE, Problems, problemBody, sendProblem } from '../http/problems.js';
 import { StoreUnavailableError } from '../store/db/port.js';
 import type { StoredResponse } from '../store/records.js';
 import type { CompiledRoute } from '../policy/router.js';
 import type { RequestContext } from './context.js';
 import type { LifecycleDeps } from './deps.js';
-import { startHeartbeat } from './heartbeat.js';
+import { startHeartbeat, type Heartbeat } from './heartbeat.js';
+import { upstreamFailure } from './passthrough.js';
 import { waiterId } from './waiters.js';
 
 // Phases "forward" and "commit | release" for a request that owns its key.
 // The record is committed before the client receives the end of the
-// response; the last chunk is held back until then. A client that goes away
-// changes nothing: the upstream call completes and the record is committed.
+// response; the last chunk is held back until then (relay.ts, record mode).
+// A client that goes away changes nothing: the upstream call completes and
+// the record is committed.
 
 export interface Claimed {
   readonly tenantId: string;
@@ -23,7 +23,6 @@ export interface Claimed {
   readonly fingerprint: Buffer;
 }
 
-const EMPTY = Buffer.alloc(0);
 // A store outage during the commit: the upstream has already run, so the
 // record is worth waiting for. Nobody can take the key over while the store
 // is down, and the commit is fenced by the owner token, so retrying is safe
@@ -33,64 +32,96 @@ const COMMIT_BACKOFF_MS = [100, 200, 400, 800];
 const COMMIT_BACKOFF_MAX_MS = 1000;
 const COMMIT_PATIENCE_MIN_MS = 30_000;
 
-export async function execute(deps: LifecycleDeps, ctx: RequestContext, route: CompiledRoute, body: Buffer, claim: Claimed): Promise<void> {
-  const policy = route.policy;
-  deps.metrics.inFlight.inc();
-  const hb = startHeartbeat(deps.store, claim.tenantId, claim.key, claim.ownerToken, policy.leaseMs, (err) =>
-    deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'lease extension failed'),
-  );
-  const t0 = performance.now();
-  let call: UpstreamCall | null = null;
-  // The upstream exchange ends when its body does: the commit after it is
-  // store time, not upstream time, and the body timer has nothing left to bound.
-  const upstreamDone = (): void => {
-    call?.finish();
-    if (ctx.upstreamMs < 0) ctx.upstreamMs = performance.now() - t0;
-  };
-  try {
-    try {
-      call = await callUpstream(deps.upstream, ctx.req, ctx.method, body);
-    } catch (err) {
-      upstreamDone();
-      await failedBeforeResponse(deps, ctx, route, claim, err as UpstreamError);
+export function execute(deps: LifecycleDeps, ctx: RequestContext, route: CompiledRoute, body: Buffer, claim: Claimed): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const run = new Execution(deps, ctx, route, claim, resolve, reject);
+    recordUpstream(deps.upstream, ctx.req, ctx.method, body, ctx.res, run, route.policy.maxStoredResponseBytes);
+  });
+}
+
+/** One request that owns its key, from the upstream call to the commit (or release). */
+class Execution implements Recorder {
+  private readonly hb: Heartbeat;
+  private readonly t0: number;
+
+  constructor(
+    private readonly deps: LifecycleDeps,
+    private readonly ctx: RequestContext,
+    private readonly route: CompiledRoute,
+    private readonly claim: Claimed,
+    private readonly done: () => void,
+    private readonly fail: (err: unknown) => void,
+  ) {
+    deps.metrics.inFlight.inc();
+    this.hb = startHeartbeat(deps.store, claim.tenantId, claim.key, claim.ownerToken, route.policy.leaseMs, (err) =>
+      deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'lease extension failed'),
+    );
+    this.t0 = performance.now();
+  }
+
+  head(recording: Recording, statusCode: number): boolean {
+    const ctx = this.ctx;
+    ctx.status = statusCode;
+    if (!this.route.policy.releaseOn.includes(statusCode)) {
+      ctx.outcome = 'executed';
+      return true;
+    }
+    // Rejected before the handler ran (401/403/429 by default): not bound.
+    // The key is free before the client sees the answer.
+    ctx.outcome = 'rejected';
+    void release(this.deps, ctx, this.claim).then(() => recording.proceed());
+    return false;
+  }
+
+  end(recording: Recording, error: UpstreamError | null): void {
+    // The upstream exchange ends when its body does: the commit after it is store time.
+    const ctx = this.ctx;
+    ctx.upstreamMs = performance.now() - this.t0;
+    this.settle(recording, error)
+      .finally(() => {
+        this.hb.stop();
+        this.deps.metrics.inFlight.dec();
+        this.deps.waiters.wake(waiterId(this.claim.tenantId, this.claim.key));
+      })
+      .then(this.done, this.fail);
+  }
+
+  private async settle(recording: Recording, error: UpstreamError | null): Promise<void> {
+    const { deps, ctx, route, claim } = this;
+    if (ctx.released) {
+      // A rejection, relayed after the release: nothing to record.
+      if (error !== null && !recording.started) upstreamFailure(ctx, error);
       return;
     }
-    const { response } = call;
-    if (policy.releaseOn.includes(response.statusCode)) {
-      // Rejected before the handler ran (401/403/429 by default): not bound.
-      await release(deps, ctx, claim);
-      ctx.outcome = 'rejected';
-      ctx.status = response.statusCode;
-      await relay(ctx, response, null, call);
-      upstreamDone();
-      return;
-    }
-    ctx.outcome = 'executed';
-    ctx.status = response.statusCode;
-    const stored = await relay(ctx, response, { route, claim }, call);
-    upstreamDone();
-    if (stored === null) return;
-    if ('failure' in stored) {
+    if (error !== null) {
+      if (recording.statusCode === 0) return failedBeforeResponse(deps, ctx, route, claim, error);
       // The body broke off after the headers: the outcome is unknown.
       ctx.outcome = 'upstream_error';
-      ctx.detail = stored.failure.message;
+      ctx.detail = error.message;
       ctx.res.destroy();
-      if (policy.onUnknownOutcome === 'store') {
+      if (route.policy.onUnknownOutcome === 'store') {
         // A body cut by upstream.timeout is a timeout (504), any other break a reset (502).
-        const p = stored.failure.kind === 'timeout' ? Problems.upstreamTimeout : Problems.upstreamReset;
-        await commit(deps, ctx, route, claim, problemRecord(p, stored.failure.message, ctx.requestId), null);
+        const p = error.kind === 'timeout' ? Problems.upstreamTimeout : Problems.upstreamReset;
+        await commit(deps, ctx, route, claim, problemRecord(p, error.message, ctx.requestId), null);
       } else {
         await release(deps, ctx, claim);
       }
       return;
     }
-    await commit(deps, ctx, route, claim, stored.record, stored.last);
-  } finally {
-    upstreamDone();
-    hb.stop();
-    deps.metrics.inFlight.dec();
-    deps.waiters.wake(waiterId(claim.tenantId, claim.key));
+    await commit(deps, ctx, route, claim, record(route, recording), recording.last);
   }
+}
+
+/** The replay record of a completed exchange: the stored headers (lower-case names) and the body, if retained. */
+function record(route: CompiledRoute, recording: Recording): StoredResponse {
+  const headers = recording.headers!;
+  const storeHeader = route.storeHeader;
+  const stored: Array<[string, string]> = [];
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i]!.toLowerCase();
+    if (storeHeader(name)) stored.push([name, headers[i + 1]!]);
+  }
+  return { status: recording.statusCode, headers: stored, body: recording.body(), bodyRetained: recording.retained, bodySize: recording.size };
 }
 
 async function failedBeforeResponse(deps: LifecycleDeps, ctx: RequestContext, route: CompiledRoute, claim: Claimed, e: UpstreamError): Promise<void> {
@@ -112,81 +143,6 @@ async function failedBeforeResponse(deps: LifecycleDeps, ctx: RequestContext, ro
 function problemRecord(p: { slug: string; status: number; title: string }, detail: string, requestId: string): StoredResponse {
   const body = Buffer.from(JSON.stringify(problemBody(p, detail, requestId)));
   return { status: p.status, headers: [['content-type', PROBLEM_CONTENT_TYPE]], body, bodyRetained: true, bodySize: body.length };
-}
-
-type Relayed = { record: StoredResponse; last: Buffer | null } | { failure: UpstreamError };
-
-/**
- * Streams the upstream response to the client, holding back the last chunk,
- * and collects the record (up to maxStoredResponseBytes). With `recording`
- * null it streams everything and ends the response itself.
- */
-async function relay(
-  ctx: RequestContext,
-  response: UpstreamCall['response'],
-  recording: { route: CompiledRoute; claim: Claimed } | null,
-  call: UpstreamCall,
-): Promise<Relayed | null> {
-  const res = ctx.res;
-  const headers = clientResponseHeaders(response.headers);
-  if (!res.destroyed) res.writeHead(response.statusCode, headers);
-  const max = recording?.route.policy.maxStoredResponseBytes ?? 0;
-  const chunks: Buffer[] = [];
-  let size = 0;
-  let retained = recording !== null;
-  let held: Buffer | null = null;
-  try {
-    for await (const chunk of response.body as AsyncIterable<Buffer>) {
-      size += chunk.length;
-      if (retained) {
-        if (size <= max) chunks.push(chunk);
-        else {
-          retained = false;
-          chunks.length = 0;
-        }
-      }
-      if (held !== null) await write(res, held);
-      held = chunk;
-    }
-  } catch (err) {
-    const failure = classify(err);
-    if (recording === null) {
-      res.destroy();
-      return null;
-    }
-    return { failure };
-  }
-  if (recording === null) {
-    if (!res.destroyed) res.end(held ?? undefined);
-    return null;
-  }
-  const storeHeader = recording.route.storeHeader;
-  const stored: Array<[string, string]> = [];
-  for (let i = 0; i < headers.length; i += 2) {
-    if (storeHeader(headers[i]!)) stored.push([headers[i]!, headers[i + 1]!]);
-  }
-  return {
-    record: {
-      status: response.statusCode,
-      headers: stored,
-      body: retained ? (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size)) : EMPTY,
-      bodyRetained: retained,
-      bodySize: size,
-    },
-    last: held,
-  };
-}
-
-function write(res: ServerResponse, chunk: Buffer): Promise<void> | void {
-  if (res.destroyed) return;
-  if (res.write(chunk)) return;
-  return new Promise((resolve) => {
-    const done = (): void => {
-      res.off('drain', done).off('close', done);
-      resolve();
-    };
-    res.on('drain', done).on('close', done);
-  });
 }
 
 /**

@@ -5,7 +5,7 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { header, uniqueKey } from './support.js';
+import { header, uniqueKey, waitFor } from './support.js';
 
 // SPEC "What is bound to a key": every answer the upstream's handler
 // produced is stored, 5xx and 4xx included; the releaseOn statuses (default
@@ -32,6 +32,13 @@ describe('which upstream answers bind the key', () => {
       const key = req.headers['idempotency-key'] as string;
       const status = plan.get(key)?.shift() ?? 201;
       res.writeHead(status, { 'content-type': 'application/json', 'retry-after': '0' });
+      if (req.url === '/slow-tail') {
+        // The status line at once, the end of the body a while later.
+        res.flushHeaders();
+        res.write('{"part":');
+        setTimeout(() => res.end(`${JSON.stringify({ execution: n, status })}}`), 400);
+        return;
+      }
       res.end(JSON.stringify({ execution: n, status }));
     });
     proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml });
@@ -77,6 +84,37 @@ describe('which upstream answers bind the key', () => {
       assert.equal(upstream.executions(), n + 2);
     });
   }
+
+  test('a released answer reaches the client only once the key is free: a retry sent on its status line executes', async () => {
+    const key = uniqueKey('early');
+    plan.set(key, [429]);
+    const n = upstream.executions();
+    // The first answer's status line arrives 400 ms before its body ends; the
+    // client retries the moment it sees the status, before the body is complete.
+    const first = await fetch(`${proxy.url}/slow-tail`, { method: 'POST', headers: { 'idempotency-key': key }, body: Buffer.from('op') }); // no content-type, as `post` sends it
+    assert.equal(first.status, 429);
+    const retry = await post('/slow-tail', key);
+    assert.equal(retry.status, 201, 'the key was released before the 429 reached the client');
+    const body = (await first.json()) as { part: { status: number } };
+    assert.equal(body.part.status, 429, 'the rejection still arrives whole');
+    assert.equal(upstream.executions(), n + 2);
+  });
+
+  test('a stored answer streams with its end held back: a duplicate during its slow tail gets 409, one after its end a replay', async () => {
+    const key = uniqueKey('tail');
+    const n = upstream.executions();
+    const first = post('/slow-tail', key);
+    await waitFor('the upstream to take the first request', () => (upstream.executions() === n + 1 ? true : undefined));
+    const dup = await post('/slow-tail', key);
+    assert.equal(dup.status, 409, 'still in flight while the body streams');
+    const whole = await first;
+    assert.equal(whole.status, 201);
+    assert.equal(whole.json().part.status, 201);
+    const again = await post('/slow-tail', key);
+    assert.equal(header(again, 'idempotent-replayed'), 'true', 'committed by the time the client had the whole body');
+    assert.ok(again.body.equals(whole.body));
+    assert.equal(upstream.executions(), n + 1);
+  });
 
   test('a route with releaseOn: [503] releases 503 and stores 429', async () => {
     const k503 = uniqueKey('c503');
