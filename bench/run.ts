@@ -10,6 +10,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Children } from './lib/children.js';
 import { claimDatabases, measureClaim, type ClaimResult } from './lib/claim.js';
+import { measurePair, type PairResult } from './lib/pair.js';
 import { isEntry } from './lib/cli-args.js';
 import type { BenchContext } from './lib/context.js';
 import { loadRunner } from './lib/load-runner.js';
@@ -97,6 +98,7 @@ async function main(): Promise<number> {
   const memory: Record<string, MemoryFigures | null> = {};
   let rss: RssMeasure[] = [];
   let claim: ClaimResult | null = null;
+  let pair: PairResult | null = null;
   let fleet: Fleet | null = null;
   const settings = await durabilitySettings(opts.adminUrl).catch(() => null);
   try {
@@ -108,6 +110,8 @@ async function main(): Promise<number> {
     }
     const upstream = fleet.servers.get('upstream')!;
     runs.push(...(await runRepetitions(ctx, plan, fleet.servers, `${upstream.url}/__stats`)));
+    const pairOf = [fleet.servers.get('baseline'), fleet.servers.get('proxy-pg')] as const;
+    if (plan.pair && !interrupted && pairOf[0] !== undefined && pairOf[1] !== undefined) pair = await measurePair(ctx, pairOf[0], pairOf[1]);
     for (const [id, s] of fleet.servers) memory[id] = readMemory(s.pid);
     for (const [id, s] of fleet.servers) if (id !== 'upstream') await s.stop();
     if (plan.rss && !interrupted) {
@@ -124,13 +128,13 @@ async function main(): Promise<number> {
   const facts: RunFacts = { started, command: commandLine(argv), loadAtStart, settings, services: services.description, commitProbe: fleet.commitProbe };
   const rows = plan.scenarios.map((s) => summarize(s, runs));
   const skipped = [...fleet.unavailable].map(([id, why]) => `${id}: ${why.split('\n').slice(0, 6).join(' | ')}`);
-  process.stdout.write(`\n${renderReport({ header: headerText(ctx, facts), rows, skipped, memory, rss, claim })}`);
-  const file = writeResults(ctx, facts, { unavailable: Object.fromEntries(fleet.unavailable), summary: rows, runs, memoryAfterLoad: memory, rss, claim });
+  process.stdout.write(`\n${renderReport({ header: headerText(ctx, facts), rows, skipped, memory, rss, claim, pair })}`);
+  const file = writeResults(ctx, facts, { unavailable: Object.fromEntries(fleet.unavailable), summary: rows, runs, memoryAfterLoad: memory, rss, claim, pair });
   log(`raw results: ${file}`);
   if (process.env['BENCH_KEEP_LOGS'] === '1') log(`server logs kept in ${tmp}`);
   else rmSync(tmp, { recursive: true, force: true });
 
-  const failed = runs.some((r) => r.error !== null) || rss.some((m) => m.error !== null || !rssValid(m)) || (claim?.sizes.some((s) => s.error !== null) ?? false);
+  const failed = runs.some((r) => r.error !== null) || rss.some((m) => m.error !== null || !rssValid(m)) || (claim?.sizes.some((s) => s.error !== null) ?? false) || (pair?.rounds.some((r) => r.error !== null) ?? false);
   return failed ? 1 : 0;
 }
 

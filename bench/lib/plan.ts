@@ -17,6 +17,7 @@ export interface Plan {
   readonly servers: ReadonlySet<ServerId>;
   readonly rss: boolean;
   readonly claim: boolean;
+  readonly pair: boolean; // the pass-through side by side with the baseline (pair.ts)
 }
 
 function interleave(baseline: Scenario, products: readonly Scenario[], withBaseline: boolean): Scenario[] {
@@ -35,8 +36,10 @@ export function makePlan(opts: RunOptions): Plan {
 
   const rss = wants(opts, 'rss');
   const claim = wants(opts, 'claim');
+  const pair = wants(opts, 'pair');
   const servers = new Set<ServerId>(steps.map((s) => s.scenario.server));
   servers.add('upstream');
+  if (pair) servers.add('baseline').add('proxy-pg');
   const scenarios = [...(base50 ? [BASELINE] : []), ...many, ...(base1 ? [BASELINE_1C] : []), ...one];
-  return { steps, scenarios, servers, rss, claim };
+  return { steps, scenarios, servers, rss, claim, pair };
 }

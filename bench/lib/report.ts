@@ -2,6 +2,7 @@
 import type { ClaimResult } from './claim.js';
 import { CLAIM_RATIO_LIMIT } from './claim.js';
 import type { MemoryFigures } from './proc.js';
+import { PAIR_TARGET, type PairResult } from './pair.js';
 import { RSS_LIMIT_MIB, rssValid, type RssMeasure } from './rss.js';
 import { goalText } from './scenarios.js';
 import type { SummaryRow } from './summary.js';
@@ -13,6 +14,7 @@ export interface ReportInput {
   readonly memory: Readonly<Record<string, MemoryFigures | null>>;
   readonly rss: readonly RssMeasure[];
   readonly claim: ClaimResult | null;
+  readonly pair?: PairResult | null;
 }
 
 const num = (x: number | null, digits = 0): string => (x === null ? '—' : x.toLocaleString('en', { maximumFractionDigits: digits, minimumFractionDigits: digits }));
@@ -72,6 +74,22 @@ function claimTable(claim: ClaimResult | null): string[] {
   return out;
 }
 
+function pairTable(pair: PairResult | null): string[] {
+  if (pair === null) return [];
+  const out = [
+    '',
+    `Pass-through side by side: the baseline and the proxy's pass-through route loaded at the same moment, ${pair.connections} connections each, both servers on the same CPU (lib/pair.ts):`,
+    '',
+    '| round | baseline req/s | proxy pass-through req/s | proxy / baseline | |',
+    '|---:|---:|---:|---:|---|',
+  ];
+  for (const r of pair.rounds) {
+    out.push(`| ${r.round} | ${num(r.baseline?.rps ?? null)} | ${num(r.proxy?.rps ?? null)} | ${r.ratio === null ? '—' : `${r.ratio.toFixed(3)}×`} | ${r.error?.split('\n')[0]?.slice(0, 120) ?? ''} |`);
+  }
+  out.push('', `Median ratio: ${pair.ratio === null ? '—' : `${pair.ratio.toFixed(3)}×`} — target ≥ ${PAIR_TARGET}×: ${verdict(pair.met) || '—'}`);
+  return out;
+}
+
 /** BENCH.md's anchor: the bare baseline's p50 at 1 connection on the machine the latency targets were set on. */
 export const ANCHOR_BASELINE_1C_P50_MS = 0.27;
 
@@ -95,7 +113,7 @@ export function renderReport(input: ReportInput): string {
   const lines = [input.header];
   if (input.rows.length > 0) lines.push('', ...scenarioTable(input.rows), ...latencyNote(input.rows));
   if (input.skipped.length > 0) lines.push('', ...input.skipped.map((s) => `- not run: ${s}`));
-  lines.push(...rssTable(input.rss), ...claimTable(input.claim));
+  lines.push(...pairTable(input.pair ?? null), ...rssTable(input.rss), ...claimTable(input.claim));
   const mem = Object.entries(input.memory).filter(([, m]) => m !== null);
   if (mem.length > 0 && input.rows.length > 0) lines.push('', `Peak RSS during the load runs: ${mem.map(([name, m]) => `${name} ${num(m!.hwmMiB, 1)} MiB`).join(', ')}`);
   return `${lines.join('\n')}\n`;

@@ -91,12 +91,12 @@ export const SCENARIOS: readonly Scenario[] = [
 ];
 
 /** Sections that are not load runs. */
-export const EXTRAS = ['rss', 'claim'] as const;
+export const EXTRAS = ['rss', 'claim', 'pair'] as const;
 export type Extra = (typeof EXTRAS)[number];
 
 export const ALIASES: Readonly<Record<string, readonly string[]>> = {
   latency: ['baseline-1c', 'direct-1c', 'newkey-1c', 'replay-pg-1c', 'replay-redis-1c'],
-  throughput: ['baseline', 'direct', 'pass', 'newkey', 'replay-pg', 'replay-redis', 'storm', 'embedded'],
+  throughput: ['baseline', 'direct', 'pass', 'newkey', 'replay-pg', 'replay-redis', 'storm', 'embedded', 'pair'],
 };
 
 export function allNames(): string[] {
