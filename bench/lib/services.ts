@@ -8,11 +8,11 @@
 // and under the harness's guard, so they go away with the run. Where the
 // binaries are missing, the run falls back to the machine's servers and says
 // so in the table header.
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync, statfsSync } from 'node:fs';
+import { chownSync, mkdtempSync, rmSync, statfsSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { freePort, postgresBinDir } from '../../tools/local-servers.js';
 import type { ServerHandle } from './children.js';
 import type { BenchContext } from './context.js';
 import { SERVER_CPU } from './servers.js';
@@ -32,23 +32,6 @@ export interface Services {
 type Ctx = Pick<BenchContext, 'opts' | 'pin' | 'children' | 'tmp' | 'log'>;
 
 const TMPFS_MAGIC = 0x01021994;
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
-
-function postgresBin(): string | null {
-  const root = '/usr/lib/postgresql';
-  if (!existsSync(root)) return null;
-  const versions = readdirSync(root)
-    .filter((v) => existsSync(join(root, v, 'bin', 'initdb')))
-    .sort((a, b) => Number(b) - Number(a));
-  return versions.length === 0 ? null : join(root, versions[0]!, 'bin');
-}
 
 function onPath(cmd: string): boolean {
   try {
@@ -127,7 +110,7 @@ export async function startServices(ctx: Ctx): Promise<Services> {
   let ownRedis = false;
   const where = ctx.pin.enabled ? `pinned to CPU ${SERVER_CPU}` : 'not pinned';
 
-  const bin = opts.ownPostgres ? postgresBin() : null;
+  const bin = opts.ownPostgres ? postgresBinDir() : null;
   if (bin !== null) {
     const pg = await startPostgres(ctx, bin);
     adminUrl = pg.handle.url;

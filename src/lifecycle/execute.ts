@@ -69,7 +69,7 @@ class Execution implements Recorder {
     // Rejected before the handler ran (401/403/429 by default): not bound.
     // The key is free before the client sees the answer.
     ctx.outcome = 'rejected';
-    void release(this.deps, ctx, this.claim).then(() => recording.proceed());
+    release(this.deps, ctx, this.claim).then(() => recording.proceed()).catch(this.fail);
     return false;
   }
 

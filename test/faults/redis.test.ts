@@ -5,7 +5,7 @@ import { CACHE_DEFAULTS } from '../../src/store/redis-cache.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { startControlledUpstream, type ControlledUpstream, type Exchange } from './helpers/controlled-upstream.js';
-import { freePort } from './helpers/pg-cluster.js';
+import { freePort } from '../../tools/local-servers.js';
 import { startInProcess } from './helpers/proxies.js';
 import { startThrowawayRedis, type ThrowawayRedis } from './helpers/redis-server.js';
 import { startTcpRelay, type TcpRelay } from './helpers/tcp-relay.js';

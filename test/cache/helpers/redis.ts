@@ -6,6 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
+import { freePort } from '../../../tools/local-servers.js';
 
 // Redis for the cache tests: the machine's shared Redis (only ever touched
 // under a unique key prefix), and throwaway redis-server processes of our
@@ -45,13 +46,7 @@ export async function deletePrefix(client: Redis, prefix: string): Promise<void>
   } while (cursor !== '0');
 }
 
-export async function freePort(): Promise<number> {
-  const s = net.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as net.AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
+export { freePort };
 
 /** Sends one inline command on a fresh socket; the first reply line, or null. */
 export function rawCommand(port: number, command: string, timeoutMs = 500): Promise<string | null> {

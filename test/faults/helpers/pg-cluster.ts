@@ -1,9 +1,9 @@
 import { execFile } from 'node:child_process';
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { chownSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { freePort, postgresBinDir } from '../../../tools/local-servers.js';
 
 // A throwaway PostgreSQL cluster of the test's own (initdb into a temp dir,
 // its own port), so a test may stop and restart it. The machine's shared
@@ -20,21 +20,6 @@ export interface ThrowawayPostgres {
   start(): Promise<void>;
   /** Stops the cluster (if running) and deletes its directory. */
   destroy(): Promise<void>;
-}
-
-export function postgresBinDir(): string | null {
-  const root = '/usr/lib/postgresql';
-  if (!existsSync(root)) return null;
-  const versions = readdirSync(root).filter((v) => existsSync(path.join(root, v, 'bin', 'initdb'))).sort((a, b) => Number(b) - Number(a));
-  return versions.length === 0 ? null : path.join(root, versions[0]!, 'bin');
-}
-
-export async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
 }
 
 async function osUser(name: string): Promise<{ uid: number; gid: number }> {

@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { freePort } from './pg-cluster.js';
+import { freePort } from '../../../tools/local-servers.js';
 import { waitUntil } from './wait.js';
 import net from 'node:net';
 
