@@ -1,4 +1,5 @@
-// Memory figures of a live process, from /proc/<pid>/status (Linux only).
+// Memory and CPU figures of a live process, from /proc/<pid>/status and
+// /proc/<pid>/stat (Linux only).
 import { readFileSync } from 'node:fs';
 
 export interface MemoryFigures {
@@ -23,3 +24,20 @@ export function readMemory(pid: number): MemoryFigures | null {
   if (rss === null || hwm === null) return null;
   return { rssMiB: Math.round(rss / 102.4) / 10, hwmMiB: Math.round(hwm / 102.4) / 10 };
 }
+
+/** CPU time the process (all its threads) has used, user + system, in clock ticks (USER_HZ, 100 a second on Linux). */
+export function readCpuTicks(pid: number): number | null {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return null;
+  }
+  // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
+  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const utime = Number(rest[11]);
+  const stime = Number(rest[12]);
+  return Number.isFinite(utime) && Number.isFinite(stime) ? utime + stime : null;
+}
+
+export const CLOCK_TICKS_PER_S = 100;
