@@ -1,13 +1,12 @@
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import http from 'node:http';
 import net from 'node:net';
 import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { captureLogger, requestLine as findRequestLine, sleep, waitFor } from './support.js';
+import { captureLogger, requestLine as findRequestLine, readRawResponse, repeatedSha256, sleep, waitFor } from './support.js';
 
 // The pass-through relay (src/proxy/relay.ts) hands the upstream's raw
 // header lines and body chunks straight to the client's response. What it
@@ -122,31 +121,10 @@ describe('pass-through relay', () => {
     // MiB of socket and stream buffers.
     assert.ok(bigBlocked, 'the upstream had to wait for the proxy to drain');
     assert.ok(bigWritten < BIG / 2, `the upstream wrote ${bigWritten} bytes while the client read nothing`);
-    const hash = createHash('sha256');
-    let bytes = 0;
-    let head = '';
-    let inBody = false;
-    socket.on('data', (c: Buffer) => {
-      if (!inBody) {
-        head += c.toString('latin1');
-        const at = head.indexOf('\r\n\r\n');
-        if (at === -1) return;
-        inBody = true;
-        const rest = Buffer.from(head.slice(at + 4), 'latin1');
-        bytes += rest.length;
-        hash.update(rest);
-        return;
-      }
-      bytes += c.length;
-      hash.update(c);
-    });
-    socket.resume();
-    await new Promise<void>((r) => socket.once('close', () => r()));
+    const { head, bytes, sha256 } = await readRawResponse(socket);
     assert.match(head, /^HTTP\/1\.1 200 /);
     assert.equal(bytes, BIG);
-    const expected = createHash('sha256');
-    for (let i = 0; i < BIG / CHUNK.length; i++) expected.update(CHUNK);
-    assert.equal(hash.digest('hex'), expected.digest('hex'));
+    assert.equal(sha256, repeatedSha256(CHUNK, BIG / CHUNK.length));
     const line = await requestLine('/files/big');
     assert.equal(line.outcome, 'passthrough');
     assert.equal(line.status, 200);

@@ -1,13 +1,12 @@
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createHash } from 'node:crypto';
 import net from 'node:net';
 import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { header, sleep, uniqueKey, waitFor } from './support.js';
+import { header, readRawResponse, repeatedSha256, sleep, uniqueKey, waitFor } from './support.js';
 
 // The recorded exchange (src/proxy/relay.ts, record mode) under a client that
 // reads slowly or not at all: the upstream is held back rather than buffered
@@ -80,31 +79,10 @@ describe('a recorded exchange under a slow client', () => {
     const s = sent.get(key)!;
     assert.ok(s.blocked, 'the upstream had to wait for the proxy to drain');
     assert.ok(s.written < BIG / 2, `the upstream wrote ${s.written} bytes while the client read nothing`);
-    const hash = createHash('sha256');
-    let bytes = 0;
-    let head = '';
-    let inBody = false;
-    socket.on('data', (c: Buffer) => {
-      if (!inBody) {
-        head += c.toString('latin1');
-        const at = head.indexOf('\r\n\r\n');
-        if (at === -1) return;
-        inBody = true;
-        const rest = Buffer.from(head.slice(at + 4), 'latin1');
-        bytes += rest.length;
-        hash.update(rest);
-        return;
-      }
-      bytes += c.length;
-      hash.update(c);
-    });
-    socket.resume();
-    await new Promise<void>((r) => socket.once('close', () => r()));
+    const { head, bytes, sha256 } = await readRawResponse(socket);
     assert.match(head, /^HTTP\/1\.1 200 /);
     assert.equal(bytes, BIG);
-    const expected = createHash('sha256');
-    for (let i = 0; i < BIG / CHUNK.length; i++) expected.update(CHUNK);
-    assert.equal(hash.digest('hex'), expected.digest('hex'));
+    assert.equal(sha256, repeatedSha256(CHUNK, BIG / CHUNK.length));
     const retry = await send(`${proxy.url}/exports/all`, { headers: { 'idempotency-key': key }, body: '{}' });
     assert.equal(retry.status, 200);
     assert.equal(header(retry, 'idempotent-replayed'), 'true');

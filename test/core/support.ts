@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -192,4 +193,40 @@ export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeou
 /** A unique key per test run. */
 export function uniqueKey(label: string): string {
   return `${label}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 8)}`;
+}
+
+/**
+ * Reads a raw HTTP/1.1 response from a socket (paused or not) until the
+ * server closes it: the head as text, and the body's length and sha256.
+ */
+export async function readRawResponse(socket: net.Socket): Promise<{ head: string; bytes: number; sha256: string }> {
+  const hash = createHash('sha256');
+  let bytes = 0;
+  let head = '';
+  let inBody = false;
+  socket.on('data', (c: Buffer) => {
+    if (!inBody) {
+      head += c.toString('latin1');
+      const at = head.indexOf('\r\n\r\n');
+      if (at === -1) return;
+      inBody = true;
+      const rest = Buffer.from(head.slice(at + 4), 'latin1');
+      head = head.slice(0, at + 4);
+      bytes += rest.length;
+      hash.update(rest);
+      return;
+    }
+    bytes += c.length;
+    hash.update(c);
+  });
+  socket.resume();
+  await new Promise<void>((r) => socket.once('close', () => r()));
+  return { head, bytes, sha256: hash.digest('hex') };
+}
+
+/** The sha256 of `chunk` repeated `times` times. */
+export function repeatedSha256(chunk: Buffer, times: number): string {
+  const h = createHash('sha256');
+  for (let i = 0; i < times; i++) h.update(chunk);
+  return h.digest('hex');
 }
