@@ -110,8 +110,8 @@ async function main(): Promise<number> {
     }
     const upstream = fleet.servers.get('upstream')!;
     runs.push(...(await runRepetitions(ctx, plan, fleet.servers, `${upstream.url}/__stats`)));
-    const pairOf = [fleet.servers.get('baseline'), fleet.servers.get('proxy-pg')] as const;
-    if (plan.pair && !interrupted && pairOf[0] !== undefined && pairOf[1] !== undefined) pair = await measurePair(ctx, pairOf[0], pairOf[1]);
+    const [pairBaseline, pairProxy] = [fleet.servers.get('baseline'), fleet.servers.get('proxy-pg')];
+    if (plan.pair && !interrupted && pairBaseline !== undefined && pairProxy !== undefined) pair = await measurePair(ctx, pairBaseline, pairProxy);
     for (const [id, s] of fleet.servers) memory[id] = readMemory(s.pid);
     for (const [id, s] of fleet.servers) if (id !== 'upstream') await s.stop();
     if (plan.rss && !interrupted) {

@@ -12,13 +12,18 @@ function kib(status: string, field: string): number | null {
   return m?.[1] === undefined ? null : Number(m[1]);
 }
 
-export function readMemory(pid: number): MemoryFigures | null {
-  let status: string;
+/** /proc/<pid>/<file>, or null once the process is gone. */
+function procFile(pid: number, file: string): string | null {
   try {
-    status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    return readFileSync(`/proc/${pid}/${file}`, 'utf8');
   } catch {
     return null;
   }
+}
+
+export function readMemory(pid: number): MemoryFigures | null {
+  const status = procFile(pid, 'status');
+  if (status === null) return null;
   const rss = kib(status, 'VmRSS');
   const hwm = kib(status, 'VmHWM');
   if (rss === null || hwm === null) return null;
@@ -27,12 +32,8 @@ export function readMemory(pid: number): MemoryFigures | null {
 
 /** CPU time the process (all its threads) has used, user + system, in clock ticks (USER_HZ, 100 a second on Linux). */
 export function readCpuTicks(pid: number): number | null {
-  let stat: string;
-  try {
-    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  } catch {
-    return null;
-  }
+  const stat = procFile(pid, 'stat');
+  if (stat === null) return null;
   // Fields after the command name (which may hold spaces): state is field 3, utime 14, stime 15.
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   const utime = Number(rest[11]);

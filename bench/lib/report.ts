@@ -14,7 +14,7 @@ export interface ReportInput {
   readonly memory: Readonly<Record<string, MemoryFigures | null>>;
   readonly rss: readonly RssMeasure[];
   readonly claim: ClaimResult | null;
-  readonly pair?: PairResult | null;
+  readonly pair: PairResult | null;
 }
 
 const num = (x: number | null, digits = 0): string => (x === null ? '—' : x.toLocaleString('en', { maximumFractionDigits: digits, minimumFractionDigits: digits }));
@@ -119,7 +119,7 @@ export function renderReport(input: ReportInput): string {
   const lines = [input.header];
   if (input.rows.length > 0) lines.push('', ...scenarioTable(input.rows), ...latencyNote(input.rows));
   if (input.skipped.length > 0) lines.push('', ...input.skipped.map((s) => `- not run: ${s}`));
-  lines.push(...pairTable(input.pair ?? null), ...rssTable(input.rss), ...claimTable(input.claim));
+  lines.push(...pairTable(input.pair), ...rssTable(input.rss), ...claimTable(input.claim));
   const mem = Object.entries(input.memory).filter(([, m]) => m !== null);
   if (mem.length > 0 && input.rows.length > 0) lines.push('', `Peak RSS during the load runs: ${mem.map(([name, m]) => `${name} ${num(m!.hwmMiB, 1)} MiB`).join(', ')}`);
   return `${lines.join('\n')}\n`;

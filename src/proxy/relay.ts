@@ -95,9 +95,8 @@ class ExchangeHandler<T> implements Dispatcher.DispatchHandler, Recording {
   headers: string[] | null = null;
   started = false;
   size = 0;
-  retained = false;
   last: Buffer | null = null;
-  private chunks: Buffer[] | null = null;
+  private chunks: Buffer[] | null = null; // record mode: the body so far, null once past the limit
   private resume: (() => void) | null = null;
   private unpause: (() => void) | null = null;
   private ended = false;
@@ -139,7 +138,6 @@ class ExchangeHandler<T> implements Dispatcher.DispatchHandler, Recording {
       this.paused = true;
       return false;
     }
-    this.retained = true;
     this.chunks = [];
     const res = this.res;
     if (!res.destroyed) {
@@ -180,12 +178,10 @@ class ExchangeHandler<T> implements Dispatcher.DispatchHandler, Recording {
       return false;
     }
     const size = (this.size += chunk.length);
-    if (this.retained) {
-      if (size <= this.limit) this.chunks!.push(chunk);
-      else {
-        this.retained = false;
-        this.chunks = null;
-      }
+    const chunks = this.chunks;
+    if (chunks !== null) {
+      if (size <= this.limit) chunks.push(chunk);
+      else this.chunks = null;
     }
     const prev = this.last;
     this.last = chunk;
@@ -225,9 +221,13 @@ class ExchangeHandler<T> implements Dispatcher.DispatchHandler, Recording {
     this.report(classify(err), false);
   }
 
+  get retained(): boolean {
+    return this.chunks !== null;
+  }
+
   body(): Buffer {
     const chunks = this.chunks;
-    if (!this.retained || chunks === null || chunks.length === 0) return EMPTY;
+    if (chunks === null || chunks.length === 0) return EMPTY;
     return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, this.size);
   }
 

@@ -31,6 +31,12 @@ describe('which upstream answers bind the key', () => {
     upstream = await startUpstream((req, n, res) => {
       const key = req.headers['idempotency-key'] as string;
       const status = plan.get(key)?.shift() ?? 201;
+      if (req.url === '/cut') {
+        // The status line, part of the body, then the connection dies.
+        res.writeHead(status, { 'content-type': 'application/json', 'content-length': '1000' });
+        res.write('{"part":', () => res.socket?.destroy());
+        return;
+      }
       res.writeHead(status, { 'content-type': 'application/json', 'retry-after': '0' });
       if (req.url === '/slow-tail') {
         // The status line at once, the end of the body a while later.
@@ -97,6 +103,22 @@ describe('which upstream answers bind the key', () => {
     assert.equal(retry.status, 201, 'the key was released before the 429 reached the client');
     const body = (await first.json()) as { part: { status: number } };
     assert.equal(body.part.status, 429, 'the rejection still arrives whole');
+    assert.equal(upstream.executions(), n + 2);
+  });
+
+  test('a released answer whose body breaks off: the client gets a broken answer or a 502, and the key stays free', async () => {
+    const key = uniqueKey('cut');
+    plan.set(key, [429]);
+    const n = upstream.executions();
+    // The break may come while the answer waits for the release or after it
+    // is relayed; either way nothing is bound to the key.
+    const first = await post('/cut', key).catch((e: Error) => e);
+    if (!(first instanceof Error)) {
+      assert.equal(first.status, 502, 'a cut answer that never reached the client is a 502');
+      assert.match(String(first.headers['content-type']), /problem\+json/);
+    }
+    const retry = await post('/pay', key);
+    assert.equal(retry.status, 201, 'the retry executes: the key was released');
     assert.equal(upstream.executions(), n + 2);
   });
 
