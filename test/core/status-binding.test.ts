@@ -5,6 +5,7 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { startTcpRelay, type TcpRelay } from '../faults/helpers/tcp-relay.js';
 import { header, uniqueKey, waitFor } from './support.js';
 
 // SPEC "What is bound to a key": every answer the upstream's handler
@@ -149,5 +150,58 @@ describe('which upstream answers bind the key', () => {
     const again = await post('/custom/a', k429);
     assert.equal(again.status, 429);
     assert.equal(header(again, 'idempotent-replayed'), 'true');
+  });
+});
+
+describe('a released answer whose exchange fails while it waits for the release', () => {
+  // The answer is held unread until the key is released; an error that comes
+  // meanwhile (here upstream.timeout, with the release slowed down between
+  // the proxy and PostgreSQL) is reported once the release is done, never
+  // before: the client gets the failure, not the half-sent rejection, and the
+  // key is free for the retry.
+  let db: TestDatabase;
+  let relay: TcpRelay;
+  let upstream: TestUpstream;
+  let proxy: RunningProxy;
+  before(async () => {
+    db = await createTestDatabase();
+    const url = new URL(db.url);
+    relay = await startTcpRelay(Number(url.port || 5432));
+    url.port = String(relay.port);
+    upstream = await startUpstream((req, _n, res) => {
+      if (req.url === '/hang') {
+        // The claim is done once the request is here: from now on every
+        // statement (the release first) takes 2 × 400 ms.
+        relay.setDelay(400);
+        res.writeHead(429, { 'content-type': 'application/json', 'content-length': '1000' });
+        res.write('{"part":'); // and never the rest
+        return;
+      }
+      res.writeHead(201, { 'content-type': 'application/json' });
+      res.end('{"ok":true}');
+    });
+    proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: url.toString(), yaml: 'upstream: { timeout: 250ms }\nroutes:\n  - name: all\n    match: { path: "/**" }\n' });
+  });
+  after(async () => {
+    await proxy?.close();
+    await upstream?.close();
+    await relay?.close();
+    await db?.drop();
+  });
+
+  test('upstream.timeout during a slow release: the client gets 504 once the key is free, and the retry executes', async () => {
+    const key = uniqueKey('held');
+    const n = upstream.executions();
+    const t0 = performance.now();
+    const first = await send(`${proxy.url}/hang`, { headers: { 'idempotency-key': key }, body: 'op' });
+    const took = performance.now() - t0;
+    relay.setDelay(0);
+    assert.equal(first.status, 504, 'the timeout, not the rejection whose body never came');
+    assert.match(String(first.headers['content-type']), /problem\+json/);
+    assert.ok(took >= 800, `answered after the slowed release (${Math.round(took)} ms), not when the timer fired`);
+    assert.equal((await sql(db.url, 'SELECT 1 FROM idempotency_keys WHERE idem_key = $1', [key])).length, 0, 'no row left');
+    const retry = await send(`${proxy.url}/pay`, { headers: { 'idempotency-key': key }, body: 'op' });
+    assert.equal(retry.status, 201, 'the retry executes: the key was released');
+    assert.equal(upstream.executions(), n + 2);
   });
 });
