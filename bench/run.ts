@@ -10,7 +10,8 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Children } from './lib/children.js';
 import { claimDatabases, measureClaim, type ClaimResult } from './lib/claim.js';
-import { measurePair, type PairResult } from './lib/pair.js';
+import { failedPair, measurePair, type PairResult, type PairSide } from './lib/pair.js';
+import type { ServerHandle } from './lib/children.js';
 import { isEntry } from './lib/cli-args.js';
 import type { BenchContext } from './lib/context.js';
 import { loadRunner } from './lib/load-runner.js';
@@ -26,7 +27,7 @@ import { measureRssPair, rssValid, type RssMeasure } from './lib/rss.js';
 import { ALIASES, allNames } from './lib/scenarios.js';
 import { bringUp, type Fleet } from './lib/servers-up.js';
 import { startServices, type Services } from './lib/services.js';
-import { LOAD_CPU, startBaseline, startProxy } from './lib/servers.js';
+import { LOAD_CPU, startBaseline, startProxy, startUpstream } from './lib/servers.js';
 import { summarize, type RunRecord } from './lib/summary.js';
 
 async function main(): Promise<number> {
@@ -110,8 +111,7 @@ async function main(): Promise<number> {
     }
     const upstream = fleet.servers.get('upstream')!;
     runs.push(...(await runRepetitions(ctx, plan, fleet.servers, `${upstream.url}/__stats`)));
-    const [pairBaseline, pairProxy] = [fleet.servers.get('baseline'), fleet.servers.get('proxy-pg')];
-    if (plan.pair && !interrupted && pairBaseline !== undefined && pairProxy !== undefined) pair = await measurePair(ctx, pairBaseline, pairProxy);
+    if (plan.pair && !interrupted) pair = await runPair(ctx, fleet.databaseUrl);
     for (const [id, s] of fleet.servers) memory[id] = readMemory(s.pid);
     for (const [id, s] of fleet.servers) if (id !== 'upstream') await s.stop();
     if (plan.rss && !interrupted) {
@@ -136,6 +136,39 @@ async function main(): Promise<number> {
 
   const failed = runs.some((r) => r.error !== null) || rss.some((m) => m.error !== null || !rssValid(m)) || (claim?.sizes.some((s) => s.error !== null) ?? false) || (pair?.rounds.some((r) => r.error !== null) ?? false);
   return failed ? 1 : 0;
+}
+
+/**
+ * The side-by-side pair (lib/pair.ts): a baseline and a proxy started for it,
+ * each in front of an upstream of its own, so that both sides have the same
+ * history (a server's CPU per request moves with what it has served before:
+ * bench/README.md, 2026-12-01 02:16), and stopped after it.
+ */
+async function runPair(ctx: BenchContext, databaseUrl: string | null): Promise<PairResult> {
+  if (databaseUrl === null) return failedPair('no database for the pair\'s proxy');
+  const started: ServerHandle[] = [];
+  const start = async (s: Promise<ServerHandle>): Promise<ServerHandle> => {
+    const h = await s;
+    started.push(h);
+    return h;
+  };
+  try {
+    let sides: [PairSide, PairSide];
+    try {
+      const forBaseline = await start(startUpstream(ctx, 'upstream-pair-baseline'));
+      const forProxy = await start(startUpstream(ctx, 'upstream-pair-proxy'));
+      const baseline = await start(startBaseline(ctx, forBaseline.url, 'baseline-pair'));
+      const proxy = await start(startProxy(ctx, { name: 'proxy-pair', upstream: forProxy.url, databaseUrl, redisUrl: null }));
+      sides = [{ server: baseline, upstream: forBaseline }, { server: proxy, upstream: forProxy }];
+    } catch (err) {
+      const error = `the pair's servers did not start: ${err instanceof Error ? err.message : String(err)}`;
+      ctx.log(error);
+      return failedPair(error);
+    }
+    return await measurePair(ctx, ...sides);
+  } finally {
+    for (const s of started.reverse()) await s.stop();
+  }
 }
 
 if (isEntry(import.meta.url)) {

@@ -1,17 +1,24 @@
 // The pass-through route side by side with the baseline: both servers loaded
 // at the same moment, each by its own load generator (PAIR_CONNECTIONS
 // connections each, both generators on the load CPU, both servers on the
-// server CPU with the upstream). Whatever the machine does during a round, it
-// does to both, so the pair is free of the drift between consecutive runs
-// that the alternating rows are exposed to (bench/README.md, 2026-12-01).
+// server CPU). Whatever the machine does during a round, it does to both, so
+// the pair is free of the drift between consecutive runs that the
+// alternating rows are exposed to (bench/README.md, 2026-12-01).
 //
-// Two readings per round: the ratio of the request rates, and the ratio of
-// the CPU time each server used per request (from /proc/<pid>/stat, over the
-// middle of the measured window, read for both at the same instants). Under
-// contention the scheduler need not share the CPU evenly between the two, so
-// the rates can lean either way by several per cent; the CPU per request is
-// each server's own cost. The pass-through target is judged on the
-// alternating row; the pair is the cross-check.
+// Both sides are started for the pair (run.ts), each in front of an upstream
+// of its own (the same program, on the same CPU): the two servers have the
+// same history, and the upstream's work per request is read for each side
+// too (what a proxy sends upstream is part of its cost to the shared core).
+//
+// Three readings per round: the ratio of the request rates; the ratio of the
+// CPU time each server used per request (from /proc/<pid>/stat, over the
+// middle of the measured window, read for all four processes at the same
+// instants); and the same ratio with each side's upstream added, the cost per
+// request to the core that the alternating rows divide among themselves.
+// Under contention the scheduler need not share the CPU evenly between the
+// two sides, so the rates can lean either way by several per cent; the CPU
+// per request is each one's own cost. The pass-through target is judged on
+// the alternating row; the pair is the cross-check.
 import type { ServerHandle } from './children.js';
 import { REQUEST_BODY, type BenchContext } from './context.js';
 import { CLOCK_TICKS_PER_S, readCpuTicks } from './proc.js';
@@ -31,7 +38,16 @@ export interface PairRound {
   readonly baselineCpuUs: number | null; // CPU µs per request over the window
   readonly proxyCpuUs: number | null;
   readonly cpuRatio: number | null; // proxy CPU per request over the baseline's
+  readonly baselineUpstreamCpuUs: number | null; // the baseline's upstream, µs per request
+  readonly proxyUpstreamCpuUs: number | null;
+  readonly totalCpuRatio: number | null; // (proxy + its upstream) over (baseline + its upstream)
   readonly error: string | null;
+}
+
+/** A server in the pair and the upstream that serves it alone during the pair. */
+export interface PairSide {
+  readonly server: ServerHandle;
+  readonly upstream: ServerHandle;
 }
 
 export interface PairResult {
@@ -39,13 +55,29 @@ export interface PairResult {
   readonly rounds: readonly PairRound[];
   readonly ratio: number | null; // median of the rounds' rate ratios
   readonly cpuRatio: number | null; // median of the rounds' CPU-per-request ratios
+  readonly totalCpuRatio: number | null; // median, each side with its upstream
 }
 
 const PASS = SCENARIOS.find((s) => s.id === 'pass')!;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const round3 = (x: number): number => Number(x.toFixed(3));
 
-export async function measurePair(ctx: BenchContext, baseline: ServerHandle, proxy: ServerHandle): Promise<PairResult> {
+/** CPU ticks of each process, read one after the other; null if any is gone. */
+function readAll(pids: readonly number[]): number[] | null {
+  const out: number[] = [];
+  for (const pid of pids) {
+    const t = readCpuTicks(pid);
+    if (t === null) return null;
+    out.push(t);
+  }
+  return out;
+}
+
+export async function measurePair(ctx: BenchContext, baselineSide: PairSide, proxySide: PairSide): Promise<PairResult> {
+  const baseline = baselineSide.server;
+  const proxy = proxySide.server;
+  // baseline, proxy, the baseline's upstream, the proxy's upstream
+  const pids = [baseline.pid, proxy.pid, baselineSide.upstream.pid, proxySide.upstream.pid];
   const rounds: PairRound[] = [];
   const { durationS, warmupS, primeS, reps } = ctx.opts;
   // Round 0 primes both (BENCH_PRIME seconds, not counted), as the repetitions do.
@@ -61,25 +93,23 @@ export async function measurePair(ctx: BenchContext, baseline: ServerHandle, pro
       keys: { kind: 'unique' },
       keyPrefix: `${ctx.runId}-pair-${id}-r${round}`,
       body: REQUEST_BODY,
-      statsUrl: null, // the upstream's counter cannot tell the two apart
+      statsUrl: null, // the rates come from the load generators
     });
     const both = Promise.allSettled([
       ctx.load.cannon(spec(baseline.url, BASELINE.path, 'baseline')),
       ctx.load.cannon(spec(proxy.url, PASS.path, 'pass')),
     ]);
-    // CPU over the middle of the measured run: read both servers at the same instants.
+    // CPU over the middle of the measured run: read all four at the same instants.
     const windowS = durationS - 2 * CPU_MARGIN_S;
-    let ticks: { b: number; p: number; s: number } | null = null;
+    let ticks: { d: number[]; s: number } | null = null;
     if (!priming && windowS >= 2) {
       await sleep((warmupS + CPU_MARGIN_S) * 1000);
-      const b0 = readCpuTicks(baseline.pid);
-      const p0 = readCpuTicks(proxy.pid);
       const t0 = performance.now();
+      const before = readAll(pids);
       await sleep(windowS * 1000);
-      const b1 = readCpuTicks(baseline.pid);
-      const p1 = readCpuTicks(proxy.pid);
+      const after = readAll(pids);
       const s = (performance.now() - t0) / 1000;
-      if (b0 !== null && p0 !== null && b1 !== null && p1 !== null) ticks = { b: b1 - b0, p: p1 - p0, s };
+      if (before !== null && after !== null) ticks = { d: after.map((t, i) => t - before[i]!), s };
     }
     const [b, p] = await both;
     const result = (x: PromiseSettledResult<CannonResult>): CannonResult | null => (x.status === 'fulfilled' ? x.value : null);
@@ -90,18 +120,29 @@ export async function measurePair(ctx: BenchContext, baseline: ServerHandle, pro
     const error = failed.length > 0 ? failed.join('; ') : bad ? 'errors or non-2xx answers during the round' : null;
     const ok = error === null && base !== null && pass !== null && base.rps > 0 && pass.rps > 0;
     const ratio = ok ? round3(pass.rps / base.rps) : null;
-    const perRequestUs = (t: number, rps: number): number => ((t / CLOCK_TICKS_PER_S) * 1e6) / (rps * ticks!.s);
-    const baselineCpuUs = ok && ticks !== null ? Math.round(perRequestUs(ticks.b, base.rps)) : null;
-    const proxyCpuUs = ok && ticks !== null ? Math.round(perRequestUs(ticks.p, pass.rps)) : null;
-    const cpuRatio = ok && ticks !== null && ticks.b > 0 ? round3(perRequestUs(ticks.p, pass.rps) / perRequestUs(ticks.b, base.rps)) : null;
-    if (!priming) rounds.push({ round, baseline: base, proxy: pass, ratio, baselineCpuUs, proxyCpuUs, cpuRatio, error });
+    // µs of CPU per request over the window: [baseline, proxy, baseline's upstream, proxy's upstream]
+    const us = ok && ticks !== null ? ticks.d.map((t, i) => ((t / CLOCK_TICKS_PER_S) * 1e6) / ((i % 2 === 0 ? base.rps : pass.rps) * ticks!.s)) : null;
+    const cpu = (i: number): number | null => (us === null ? null : Math.round(us[i]!));
+    const baselineCpuUs = cpu(0);
+    const proxyCpuUs = cpu(1);
+    const baselineUpstreamCpuUs = cpu(2);
+    const proxyUpstreamCpuUs = cpu(3);
+    const cpuRatio = us !== null && us[0]! > 0 ? round3(us[1]! / us[0]!) : null;
+    const totalCpuRatio = us !== null && us[0]! + us[2]! > 0 ? round3((us[1]! + us[3]!) / (us[0]! + us[2]!)) : null;
+    if (!priming) rounds.push({ round, baseline: base, proxy: pass, ratio, baselineCpuUs, proxyCpuUs, cpuRatio, baselineUpstreamCpuUs, proxyUpstreamCpuUs, totalCpuRatio, error });
     const label = priming ? 'priming pair' : `pair ${round}/${reps}`;
-    const cpu = cpuRatio === null ? '' : `; CPU per request ${baselineCpuUs} / ${proxyCpuUs} µs, ${cpuRatio}×`;
-    ctx.log(`${label}: baseline ${base?.rps ?? '—'} req/s, proxy pass-through ${pass?.rps ?? '—'} req/s${ratio === null ? '' : `, ${ratio}×`}${cpu}${error === null ? '' : ` — ${error}`}${priming ? ' (not counted)' : ''}`);
+    const cpuText = cpuRatio === null ? '' : `; CPU per request ${baselineCpuUs} / ${proxyCpuUs} µs, ${cpuRatio}×; with their upstreams ${totalCpuRatio}×`;
+    ctx.log(`${label}: baseline ${base?.rps ?? '—'} req/s, proxy pass-through ${pass?.rps ?? '—'} req/s${ratio === null ? '' : `, ${ratio}×`}${cpuText}${error === null ? '' : ` — ${error}`}${priming ? ' (not counted)' : ''}`);
   }
   const med = (xs: (number | null)[]): number | null => {
     const m = median(xs.filter((x): x is number => x !== null));
     return m === null ? null : round3(m);
   };
-  return { connections: PAIR_CONNECTIONS, rounds, ratio: med(rounds.map((r) => r.ratio)), cpuRatio: med(rounds.map((r) => r.cpuRatio)) };
+  return { connections: PAIR_CONNECTIONS, rounds, ratio: med(rounds.map((r) => r.ratio)), cpuRatio: med(rounds.map((r) => r.cpuRatio)), totalCpuRatio: med(rounds.map((r) => r.totalCpuRatio)) };
+}
+
+/** The pair's result when it could not run at all: one round carrying the reason. */
+export function failedPair(error: string): PairResult {
+  const none = { baseline: null, proxy: null, ratio: null, baselineCpuUs: null, proxyCpuUs: null, cpuRatio: null, baselineUpstreamCpuUs: null, proxyUpstreamCpuUs: null, totalCpuRatio: null };
+  return { connections: PAIR_CONNECTIONS, rounds: [{ round: 1, ...none, error }], ratio: null, cpuRatio: null, totalCpuRatio: null };
 }

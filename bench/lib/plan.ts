@@ -39,7 +39,6 @@ export function makePlan(opts: RunOptions): Plan {
   const pair = wants(opts, 'pair');
   const servers = new Set<ServerId>(steps.map((s) => s.scenario.server));
   servers.add('upstream');
-  if (pair) servers.add('baseline').add('proxy-pg');
   const scenarios = [...(base50 ? [BASELINE] : []), ...many, ...(base1 ? [BASELINE_1C] : []), ...one];
   return { steps, scenarios, servers, rss, claim, pair };
 }

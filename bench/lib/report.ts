@@ -79,19 +79,19 @@ function pairTable(pair: PairResult | null): string[] {
   const x = (v: number | null): string => (v === null ? '—' : `${v.toFixed(3)}×`);
   const out = [
     '',
-    `Pass-through side by side: the baseline and the proxy's pass-through route loaded at the same moment, ${pair.connections} connections each, both servers on the same CPU (lib/pair.ts); CPU per request from /proc over the middle of each run:`,
+    `Pass-through side by side: the baseline and the proxy's pass-through route loaded at the same moment, ${pair.connections} connections each, each with an upstream of its own, all four processes on the same CPU (lib/pair.ts); CPU µs per request from /proc over the middle of each run:`,
     '',
-    '| round | baseline req/s | proxy pass-through req/s | proxy / baseline req/s | baseline CPU µs / request | proxy CPU µs / request | proxy / baseline CPU | |',
-    '|---:|---:|---:|---:|---:|---:|---:|---|',
+    '| round | baseline req/s | proxy pass-through req/s | proxy / baseline req/s | baseline CPU | proxy CPU | proxy / baseline CPU | its upstream: baseline / proxy | with the upstream: proxy / baseline | |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',
   ];
   for (const r of pair.rounds) {
     out.push(
-      `| ${r.round} | ${num(r.baseline?.rps ?? null)} | ${num(r.proxy?.rps ?? null)} | ${x(r.ratio)} | ${num(r.baselineCpuUs)} | ${num(r.proxyCpuUs)} | ${x(r.cpuRatio)} | ${r.error?.split('\n')[0]?.slice(0, 120) ?? ''} |`,
+      `| ${r.round} | ${num(r.baseline?.rps ?? null)} | ${num(r.proxy?.rps ?? null)} | ${x(r.ratio)} | ${num(r.baselineCpuUs)} | ${num(r.proxyCpuUs)} | ${x(r.cpuRatio)} | ${num(r.baselineUpstreamCpuUs)} / ${num(r.proxyUpstreamCpuUs)} | ${x(r.totalCpuRatio)} | ${r.error?.split('\n')[0]?.slice(0, 120) ?? ''} |`,
     );
   }
   out.push(
     '',
-    `Medians: request rate ${x(pair.ratio)} the baseline's, CPU per request ${x(pair.cpuRatio)} the baseline's. A cross-check of the pass-through row, whose verdict stands: the scheduler need not share the CPU evenly between two busy servers, so the rates can lean either way; the CPU per request is each one's own cost (≥ 0.95× the rate is ≤ 1.053× the CPU).`,
+    `Medians: request rate ${x(pair.ratio)} the baseline's; CPU per request ${x(pair.cpuRatio)} the baseline's, ${x(pair.totalCpuRatio)} with each side's upstream (the cost to the shared core, which bounds the alternating rows). A cross-check of the pass-through row, whose verdict stands: the scheduler need not share the CPU evenly between two busy sides, so the rates can lean either way; the CPU per request is each one's own cost (≥ 0.95× the rate is ≤ 1.053× the CPU).`,
   );
   return out;
 }
