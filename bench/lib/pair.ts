@@ -121,7 +121,9 @@ export async function measurePair(ctx: BenchContext, baselineSide: PairSide, pro
     const ok = error === null && base !== null && pass !== null && base.rps > 0 && pass.rps > 0;
     const ratio = ok ? round3(pass.rps / base.rps) : null;
     // µs of CPU per request over the window: [baseline, proxy, baseline's upstream, proxy's upstream]
-    const us = ok && ticks !== null ? ticks.d.map((t, i) => ((t / CLOCK_TICKS_PER_S) * 1e6) / ((i % 2 === 0 ? base.rps : pass.rps) * ticks!.s)) : null;
+    // Each upstream serves its own side only: its requests are its server's.
+    const rates = ok ? [base.rps, pass.rps, base.rps, pass.rps] : null;
+    const us = rates !== null && ticks !== null ? ticks.d.map((t, i) => ((t / CLOCK_TICKS_PER_S) * 1e6) / (rates[i]! * ticks!.s)) : null;
     const cpu = (i: number): number | null => (us === null ? null : Math.round(us[i]!));
     const baselineCpuUs = cpu(0);
     const proxyCpuUs = cpu(1);
