@@ -1,9 +1,10 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { createPgDb } from '../../src/store/db/pg.js';
 import { createPgliteDb } from '../../src/store/db/pglite.js';
 import type { Db } from '../../src/store/db/port.js';
-import { migrate, latestVersion } from '../../src/store/migrate.js';
+import { migrate } from '../../src/store/migrate.js';
+import { migrations } from '../../src/store/migrations/index.js';
 
 // A fresh database per test file, cloned from a migrated template
 // (CREATE DATABASE … TEMPLATE), on the machine's real PostgreSQL.
@@ -33,7 +34,9 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
-const TEMPLATE = `idem_test_template_v${latestVersion}`;
+// Named by a hash of every migration's text: two checkouts whose schemas
+// differ (branches adding migrations side by side) never share a template.
+const TEMPLATE = `idem_test_template_${createHash('sha256').update(JSON.stringify(migrations)).digest('hex').slice(0, 12)}`;
 
 async function ensureTemplate(): Promise<void> {
   await admin(async (c) => {
