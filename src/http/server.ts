@@ -2,8 +2,11 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { Handler } from '../lifecycle/handler.js';
-import { PROBLEM_CONTENT_TYPE, Problems, problemBody } from './problems.js';
+import { Problems } from './problems.js';
+import { rawProblem } from './respond.js';
+
+/** What the listener calls for every request that got past Node's HTTP parser. */
+export type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => void;
 
 // The listener. Timeouts bound slow-loris clients; keep-alive longer than a
 // typical load balancer's idle timeout.
@@ -43,10 +46,7 @@ export async function listen(handler: Handler, host: string, port: number, timeo
   // A reverse proxy is no tunnel: CONNECT gets a 405 and the connection closes
   // (without a listener Node would leave the socket open until a timeout).
   server.on('connect', (_req: http.IncomingMessage, socket: Duplex) => {
-    const requestId = randomUUID();
-    const body = JSON.stringify(problemBody(Problems.methodNotAllowed, 'CONNECT is not supported: this is a reverse proxy, not a tunnel', requestId));
-    socket.end(`HTTP/1.1 405 Method Not Allowed\r\ncontent-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-      `x-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`);
+    socket.end(rawProblem(Problems.methodNotAllowed, 'CONNECT is not supported: this is a reverse proxy, not a tunnel', randomUUID()));
   });
   server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
     if (!socket.writable || err.code === 'ECONNRESET') {
@@ -71,10 +71,7 @@ export async function listen(handler: Handler, host: string, port: number, timeo
       : slow
         ? 'the request (headers and body) was not received in time; the connection is closed'
         : `the HTTP request could not be parsed (${err.code ?? 'unknown parse error'}${parserReason ? `: ${parserReason}` : ''})`;
-    const body = JSON.stringify(problemBody(p, detail, requestId));
-    const reason = overflow ? 'Request Header Fields Too Large' : slow ? 'Request Timeout' : 'Bad Request';
-    socket.end(`HTTP/1.1 ${p.status} ${reason}\r\ncontent-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-      `x-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`);
+    socket.end(rawProblem(p, detail, requestId));
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
