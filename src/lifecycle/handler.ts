@@ -24,18 +24,7 @@ export function createHandler(deps: LifecycleDeps): Handler {
   const passSink = passThroughSink(finish);
 
   const failed = (ctx: RequestContext, err: unknown): void => {
-    const p = problemFor(err);
-    ctx.outcome = p === Problems.storeUnavailable ? 'store_error' : 'internal_error';
-    ctx.source = sourceOf(err);
-    ctx.detail = (err as Error)?.message ?? String(err);
-    deps.logger.error({ requestId: ctx.requestId, phase: ctx.phase, source: ctx.source, err }, 'unexpected error');
-    if (!ctx.res.headersSent) {
-      ctx.status = p.status;
-      const detail = p === Problems.storeUnavailable
-        ? 'the idempotency key store cannot be reached; retry with the same key'
-        : 'the proxy failed unexpectedly; the request may be retried with the same key';
-      respond(deps, ctx, problem(p, detail, ctx.outcome, { logDetail: ctx.detail, ...(p.status === 503 ? { retryAfterS: 1 } : {}) }));
-    } else ctx.res.destroy();
+    answerFault(deps, ctx, err);
     finish(ctx);
   };
 
@@ -62,4 +51,26 @@ export function createHandler(deps: LifecycleDeps): Handler {
       failed(ctx, err);
     }
   };
+}
+
+/**
+ * A fault no phase expected (a bug, or an error no phase maps): 500
+ * internal-error (503 for an unreachable store), or the response cut if it
+ * was already under way. A key already claimed stays in flight until its
+ * lease ends (the pipeline stopped its heartbeat).
+ */
+function answerFault(deps: LifecycleDeps, ctx: RequestContext, err: unknown): void {
+  const p = problemFor(err);
+  ctx.outcome = p === Problems.storeUnavailable ? 'store_error' : 'internal_error';
+  ctx.source = sourceOf(err);
+  ctx.detail = (err as Error)?.message ?? String(err);
+  deps.logger.error({ requestId: ctx.requestId, phase: ctx.phase, source: ctx.source, err }, 'unexpected error');
+  if (ctx.res.headersSent) {
+    ctx.res.destroy();
+    return;
+  }
+  const detail = p === Problems.storeUnavailable
+    ? 'the idempotency key store cannot be reached; retry with the same key'
+    : 'the proxy failed unexpectedly; the request may be retried with the same key';
+  respond(deps, ctx, problem(p, detail, ctx.outcome, { logDetail: ctx.detail, ...(p.status === 503 ? { retryAfterS: 1 } : {}) }));
 }

@@ -6,9 +6,11 @@ import { FastCounter, FastHistogram } from './fast.js';
 // ./fast.ts (the request path updates several per request); gauges and the
 // process metrics are prom-client's.
 
-export type Outcome =
-  | 'executed' | 'replayed' | 'conflict' | 'mismatch' | 'rejected'
-  | 'passthrough' | 'store_error' | 'upstream_error' | 'internal_error';
+/** A request's outcome: its log line's `outcome` and the `outcome` label (docs/lifecycle.md). */
+export const OUTCOMES = [
+  'executed', 'replayed', 'conflict', 'mismatch', 'rejected', 'passthrough', 'store_error', 'upstream_error', 'internal_error',
+] as const;
+export type Outcome = (typeof OUTCOMES)[number];
 
 export interface Metrics {
   readonly registry: Registry;
