@@ -1,4 +1,5 @@
 import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { KeyCensusGauges } from './census.js';
 import { FastCounter, FastHistogram } from './fast.js';
 
 // Our own registry (no prom-client globals). One name per phase, as in the
@@ -25,6 +26,8 @@ export interface Metrics {
   readonly sweeperDeleted: FastCounter;
   readonly shadowDecisions: FastCounter<'route' | 'decision'>;
   readonly batchSize: FastHistogram<'statement'>;
+  /** Set by the key census (src/admin/census.ts), not per request. */
+  readonly keyCensus: KeyCensusGauges;
 }
 
 /**
@@ -84,5 +87,6 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
     sweeperDeleted: new FastCounter({ name: 'idempotency_proxy_sweeper_deleted_total', help: 'Expired records deleted by the sweeper', registers }),
     shadowDecisions: new FastCounter({ name: 'idempotency_proxy_shadow_decisions_total', help: 'What enforcement would have done on shadow routes', labelNames: ['route', 'decision'], registers }),
     batchSize: new FastHistogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
+    keyCensus: new KeyCensusGauges(registers),
   };
 }
