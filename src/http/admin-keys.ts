@@ -187,7 +187,10 @@ export function createKeysApi(deps: KeysApiDeps): (req: IncomingMessage, res: Se
 
   return (req, res, path, authorized) => {
     const who: Who = { token: fingerprint(req.headers.authorization), remote: `${req.socket.remoteAddress}:${req.socket.remotePort}` };
-    const call: Call = { id: randomUUID(), req, res, audit: { method: req.method, path } };
+    // The path names the key: logged as a template, the key only as its hash.
+    const template = path === '/admin/keys' || path === '/admin/keys/' ? '/admin/keys'
+      : path.endsWith('/resolve') ? '/admin/keys/{tenantId}/{key}/resolve' : '/admin/keys/{tenantId}/{key}';
+    const call: Call = { id: randomUUID(), req, res, audit: { method: req.method, path: template } };
     const done = (): void => {
       deps.logger.info({ admin: 'keys', requestId: call.id, who, ...call.audit }, 'admin call');
     };
