@@ -42,7 +42,7 @@ export interface StartOptions {
 }
 
 /** Key census: one chunk of at most this many rows per tick (docs/operations.md, Metrics). */
-const CENSUS_DEFAULTS = { intervalMs: 15_000, chunkRows: 100_000 };
+const CENSUS_DEFAULTS = { intervalMs: 5_000, chunkRows: 10_000 };
 
 export interface RunningProxy {
   readonly url: string;
