@@ -40,7 +40,7 @@ function age(iso: string, now: number): string {
 
 function line(k: KeyView, now: number): string {
   return [k.state.padEnd(15), age(k.createdAt, now).padStart(5), (k.route ?? '-').padEnd(16), JSON.stringify(k.tenantId), JSON.stringify(k.key),
-    `${k.method ?? '?'} ${k.path ?? '?'}`, k.status === null ? '' : String(k.status)].join('  ');
+    `${k.method ?? '?'} ${k.path ?? '?'}`, k.status === null ? '' : String(k.status)].join('  ').trimEnd();
 }
 
 /**

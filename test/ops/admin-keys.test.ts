@@ -13,7 +13,7 @@ import { createLogger } from '../../src/log/logger.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { metric, until } from './support.js';
+import { cliInProcess, metric, until } from './support.js';
 
 const TOKEN = 'adm-7c1f-secret';
 const N = 10_500;
@@ -141,6 +141,18 @@ describe('listing', () => {
     const second = (await call(`/admin/keys?route=rare&limit=10&cursor=${first.next}`)).json();
     assert.equal(second.keys.length, 3);
     assert.equal(second.next, null);
+  });
+
+  test('the CLI pages through the same listing: keys list --all --json', async () => {
+    const r = await cliInProcess(['keys', 'list', '--database-url', db.url, '--state', 'outcome_unknown', '--route', 'payments', '--limit', '300', '--all', '--json']);
+    assert.equal(r.code, 0, r.stderr);
+    const pages = r.stdout.trim().split('\n').map((l) => JSON.parse(l) as { keys: Array<{ tenantId: string; key: string }> });
+    assert.ok(pages.length > 1, 'several pages');
+    expectSame(pages.flatMap((p) => p.keys), rows.filter((x) => x.state === 'outcome_unknown' && x.route === 'payments'), 'keys list --all');
+    const text = await cliInProcess(['keys', 'list', '--database-url', db.url, '--tenant-id', 'zzz-late']);
+    assert.equal(text.code, 0, text.stderr);
+    assert.equal(text.stdout.trim().split('\n').length, 3);
+    assert.match(text.stdout, /^complete +\d+[smhd] +rare +"zzz-late" +"k-010498" +POST \/v1\/x +201$/m);
   });
 
   test('a page shows the record, never the body unless asked', async () => {
