@@ -1,6 +1,7 @@
 import type { DestinationStream } from 'pino';
 import type { Config } from './config/types.js';
 import { createAdminHandler } from './http/admin.js';
+import { isLoopbackHost } from './http/admin-keys.js';
 import { listen, type Listener, type ServerTimeouts } from './http/server.js';
 import { createHandler } from './lifecycle/handler.js';
 import { MemoryBudget } from './lifecycle/budget.js';
@@ -23,6 +24,8 @@ import { InstrumentedKeyStore } from './ops/instrumented-store.js';
 import { createReadiness } from './ops/readiness.js';
 import { planReload } from './ops/reload-plan.js';
 import type { LifecycleDeps } from './lifecycle/deps.js';
+import { startKeyCensus } from './admin/census.js';
+import { KeyOperations } from './admin/keys.js';
 
 // The composition root: the one place that builds pools, cache, logger and
 // metrics and passes them in. No module reaches for a global.
@@ -36,7 +39,12 @@ export interface StartOptions {
   readonly redisCache?: RedisCacheTuning;
   /** Client-side timeouts of the main listener (tests shorten them); defaults in src/http/server.ts. */
   readonly serverTimeouts?: Partial<ServerTimeouts>;
+  /** The key census behind the outcome-unknown and oldest-in-flight gauges (tests shorten it); src/admin/census.ts. */
+  readonly census?: { readonly intervalMs?: number; readonly chunkRows?: number };
 }
+
+/** Key census: one chunk of at most this many rows per tick (docs/operations.md, Metrics). */
+const CENSUS_DEFAULTS = { intervalMs: 5_000, chunkRows: 10_000 };
 
 export interface RunningProxy {
   readonly url: string;
@@ -114,6 +122,12 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
       onError: (e) => logger.warn({ err: (e as Error).message }, 'sweeper failed'),
     });
     cleanups.push(() => sweeper.stop());
+    const census = startKeyCensus(db, {
+      ...CENSUS_DEFAULTS, ...opts.census,
+      onPass: (r) => metrics.keyCensus.publish(r.outcomeUnknown, r.oldestBornAt),
+      onError: (e) => logger.warn({ err: (e as Error).message }, 'key census failed'),
+    });
+    cleanups.push(() => census.stop());
 
     const main = await listen(handler, config.listen.host, config.listen.port, opts.serverTimeouts);
     cleanups.push(() => { if (main.server.listening) main.server.close(); });
@@ -124,8 +138,12 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
         registry: metrics.registry,
         token: config.adminToken,
         ready: createReadiness(db, { closing: () => closing !== null }),
+        keys: { ops: new KeyOperations(db, store), cache, logger, host: config.admin.host },
       });
       admin = await listen(adminHandler, config.admin.host, config.admin.port);
+      if (config.adminToken === null && !isLoopbackHost(config.admin.host)) {
+        logger.warn({ admin: admin.url }, 'admin key API (/admin/keys) is off: the admin listener is not on loopback and no adminToken is set');
+      }
     }
     if (db.singleInstance) {
       logger.warn({ store: db.description },

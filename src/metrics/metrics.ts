@@ -1,4 +1,5 @@
 import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { KeyCensusGauges } from './census.js';
 import { FastCounter, FastHistogram } from './fast.js';
 
 // Our own registry (no prom-client globals). One name per phase, as in the
@@ -28,6 +29,8 @@ export interface Metrics {
   readonly shadowDecisions: FastCounter<'route' | 'decision'>;
   readonly failures: FastCounter<'route' | 'phase' | 'source'>;
   readonly batchSize: FastHistogram<'statement'>;
+  /** Set by the key census (src/admin/census.ts), not per request. */
+  readonly keyCensus: KeyCensusGauges;
 }
 
 /**
@@ -88,6 +91,7 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
     shadowDecisions: new FastCounter({ name: 'idempotency_proxy_shadow_decisions_total', help: 'What enforcement would have done on shadow routes', labelNames: ['route', 'decision'], registers }),
     failures: new FastCounter({ name: 'idempotency_proxy_failures_total', help: 'Requests that ended in a failure, by the phase where it ended and who failed (store, upstream, internal)', labelNames: ['route', 'phase', 'source'], registers }),
     batchSize: new FastHistogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
+    keyCensus: new KeyCensusGauges(registers),
   };
 }
 
