@@ -103,7 +103,3 @@ export function keyFromBody(json: JsonValue | undefined, pointer: string, tokens
   else return malformed(`the value at ${pointer} must be a string or an integer to serve as the key`);
   return checkChars(key, `the key at ${pointer}`) ?? key;
 }
-
-export function keyHeaderName(source: KeySource): string | null {
-  return source.kind === 'fromBody' ? null : source.header;
-}
