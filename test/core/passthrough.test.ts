@@ -5,7 +5,8 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type Received, type TestUpstream } from '../helpers/upstream.js';
-import { rawRequest, uniqueKey } from './support.js';
+import { uniqueKey } from './support.js';
+import { rawRequest } from '../helpers/raw-http.js';
 
 // SPEC §1: unmatched requests, mode: passthrough routes, methods outside the
 // route's `methods` and unkeyed requests on non-required routes are

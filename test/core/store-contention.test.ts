@@ -6,7 +6,8 @@ import { KeyStore } from '../../src/store/key-store.js';
 import { createPgDb } from '../../src/store/db/pg.js';
 import type { Db } from '../../src/store/db/port.js';
 import type { StoredResponse } from '../../src/store/records.js';
-import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, lockWaiters, sql, type TestDatabase } from '../helpers/db.js';
+import { waitFor } from '../helpers/wait.js';
 
 // A retry storm over a few hot keys, on several proxy instances at once:
 // batched claims and commits of overlapping keys must never deadlock each
@@ -78,10 +79,7 @@ describe('claims and commits under contention', () => {
       const running = run();
       running.catch(() => {});
       // Both batches are inside their statements and waiting on a lock.
-      await until(async () => {
-        const rows = await sql<{ n: number }>(t.url, "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'");
-        return rows[0]!.n === 2;
-      }, 'both batches waiting on a row lock');
+      await waitFor('both batches waiting on a row lock', async () => (await lockWaiters(t.url)) === 2, 10_000, 20);
       await holder.query('ROLLBACK');
       return await running;
     } finally {
@@ -139,10 +137,3 @@ describe('claims and commits under contention', () => {
   });
 });
 
-async function until(check: () => Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > end) throw new Error(`timed out waiting for: ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}

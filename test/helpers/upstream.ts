@@ -1,5 +1,6 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { sleep } from './wait.js';
 
 // A real upstream for tests: counts executions, records what it received,
 // and answers with whatever the test's responder says.
@@ -24,7 +25,7 @@ export interface TestUpstream {
 }
 
 export const jsonResponder = (status = 201, delayMs = 0): Responder => async (req, n, res) => {
-  if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
+  if (delayMs > 0) await sleep(delayMs);
   const body = JSON.stringify({ execution: n, method: req.method, url: req.url, body: req.body.toString() });
   res.writeHead(status, { 'content-type': 'application/json', 'x-upstream-execution': String(n) });
   res.end(body);
