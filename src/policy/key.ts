@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { KeySource } from '../config/types.js';
 import { resolvePointer, type JsonValue } from './json.js';
 
-// Key extraction and validation (SPEC §1 step 2). Expected failures are values.
+// Key extraction and validation (docs/contract.md, step 2). Expected failures are values.
 
 export const MAX_KEY_LENGTH = 255;
 

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { runCli } from '../helpers/proxy.js';
 import { tempDir } from '../helpers/tmp.js';
 
-// SPEC §4–5: an invalid configuration fails at start, naming every bad field
+// docs/contract.md (Configuration, Command line): an invalid configuration fails at start, naming every bad field
 // with its path; check-config prints the resolved policy; `serve --upstream
 // URL` with no config file runs on the embedded store.
 

@@ -8,7 +8,7 @@ import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upst
 import { assertProblem, header, uniqueKey } from './support.js';
 import { waitFor } from '../helpers/wait.js';
 
-// SPEC §1 steps 5–6: 50 identical requests with one key at the same moment
+// docs/contract.md, step 5 (claim): 50 identical requests with one key at the same moment
 // execute the upstream exactly once; every other answer is a 409 with
 // Retry-After or the replay. In one process, then in two sharing a database.
 

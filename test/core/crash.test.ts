@@ -8,7 +8,7 @@ import { assertProblem, header, uniqueKey } from './support.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 import { tempDir } from '../helpers/tmp.js';
 
-// SPEC "Lease expired after a proxy crash": a proxy killed with SIGKILL while
+// docs/contract.md, "What is bound to a key" (a crash): a proxy killed with SIGKILL while
 // the upstream handles its request leaves an in_flight row. Retries (to a
 // second proxy on the same database) get 409 until the lease ends; then
 // onExpiredLease decides: reexecute (default) runs it again, fail turns the

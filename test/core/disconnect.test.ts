@@ -10,7 +10,7 @@ import { header, uniqueKey } from './support.js';
 import { rawRequest } from '../helpers/raw-http.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
-// SPEC §1 step 10: a client that goes away changes nothing — the upstream
+// docs/contract.md, step 7 (commit): a client that goes away changes nothing — the upstream
 // call completes, the record is committed, and the retry gets the replay.
 
 describe('client disconnect', () => {

@@ -8,7 +8,7 @@ import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upst
 import { assertProblem, header, uniqueKey } from './support.js';
 import { sleep } from '../helpers/wait.js';
 
-// SPEC §1 step 8: while the upstream call runs longer than a third of the
+// docs/contract.md, step 6 (forward, lease heartbeat): while the upstream call runs longer than a third of the
 // lease, the proxy extends locked_until, so a slow upstream never lets a
 // duplicate through.
 

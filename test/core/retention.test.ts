@@ -8,7 +8,7 @@ import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upst
 import { header, uniqueKey } from './support.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
-// SPEC §3: retention (ttl, counted from the first claim). An expired row acts
+// docs/contract.md, Storage: retention (ttl, counted from the first claim). An expired row acts
 // as absent at once — the key is new again — and the sweeper deletes expired
 // rows in bounded batches.
 

@@ -10,7 +10,7 @@ import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upst
 import { captureLogger, header, uniqueKey } from './support.js';
 import { waitFor } from '../helpers/wait.js';
 
-// SPEC §1 step 3: keys are unique per (tenant, key). The same key under two
+// docs/contract.md, step 3: keys are unique per (tenant, key). The same key under two
 // tenants executes twice and each tenant replays its own answer. Raw
 // credentials are never stored or logged.
 

@@ -9,7 +9,7 @@ import { closedPort, startUpstream, type TestUpstream } from '../helpers/upstrea
 import { assertProblem, header, uniqueKey } from './support.js';
 import { waitFor } from '../helpers/wait.js';
 
-// SPEC §2: upstream connection refused → 502 and the key released (the
+// docs/contract.md, Answers: upstream connection refused → 502 and the key released (the
 // request never reached the upstream); upstream timeout / reset after the
 // request was sent → 504 / 502, stored per onUnknownOutcome (default store:
 // the retry gets the same answer, the operation never runs twice silently).

@@ -10,7 +10,7 @@ import { openSocket, type OpenSocket, type RawReply } from '../helpers/raw-http.
 import { sleep, waitFor } from '../helpers/wait.js';
 
 // Client faults: a client that goes away at any stage, and slow-loris
-// clients. SPEC §1.10: once claimed, the upstream call completes and the
+// clients. docs/contract.md, step 7: once claimed, the upstream call completes and the
 // record is committed, so the retry gets a replay. A key is never claimed
 // before its request body is complete, and the listener's timeouts cut
 // clients that trickle headers or bodies.

@@ -12,7 +12,7 @@ import { openSocket } from '../helpers/raw-http.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
 // SIGKILL of a proxy (a real child process) at each point of the lifecycle.
-// A second proxy on the same database serves the retries. SPEC §1: a retry
+// A second proxy on the same database serves the retries. docs/contract.md, step 7: a retry
 // gets 409 while the dead proxy's lease lasts, then runs again (reexecute,
 // the default) or 409 outcome-unknown (fail); a committed record replays.
 // No key stays stuck past its lease.

@@ -10,7 +10,7 @@ import { startTcpRelay, type TcpRelay } from './helpers/tcp-relay.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startThrowawayRedis, type ThrowawayRedis } from '../helpers/servers.js';
 
-// Redis is a cache, never the source of truth (SPEC §3): with Redis
+// Redis is a cache, never the source of truth (docs/contract.md, Storage; docs/cache.md): with Redis
 // unreachable, slow at the socket level, black-holed or flushed, the proxy
 // answers exactly what it answers with no Redis at all — same statuses, same
 // bodies, same upstream executions — and no request waits on Redis longer

@@ -9,7 +9,7 @@ import { PROBLEM_BASE } from '../../src/http/problems.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
-// Upstream faults, classified by when they happen (SPEC §1 "What is bound to
+// Upstream faults, classified by when they happen (docs/contract.md, "What is bound to
 // a key"): refused → 502, released; reset/timeout after sending → 502/504,
 // stored and replayed (onUnknownOutcome: store) or released; a slow body
 // holds the key (heartbeat); an oversized response is delivered, recorded

@@ -7,7 +7,7 @@ import { rowCount } from '../helpers/db.js';
 // Hostile idempotency keys, sent as raw bytes (no HTTP client would send
 // most of them): control characters are refused by the HTTP parser,
 // everything else outside visible ASCII, over 255 characters, empty, badly
-// quoted or on two lines is refused by the key rules (SPEC §1.2) — 400 each,
+// quoted or on two lines is refused by the key rules (docs/contract.md, step 2) — 400 each,
 // nothing claimed, nothing forwarded.
 
 const req = (keyLines: Buffer | string): Buffer => Buffer.concat([

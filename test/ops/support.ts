@@ -39,20 +39,7 @@ export async function waitForLine(lines: readonly string[], pred: (l: LogLine) =
   }
 }
 
-/** Repository root: the working directory (npm test runs there), else three levels above dist/test/ops. */
-export function repoRoot(): string {
-  const isRoot = (dir: string): boolean => {
-    try {
-      return (JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as { name?: string }).name === 'idempotency-proxy';
-    } catch {
-      return false;
-    }
-  };
-  const fromDist = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-  const found = [process.cwd(), fromDist].find(isRoot);
-  if (found === undefined) throw new Error(`repository root not found (run the tests from the repository; tried ${process.cwd()} and ${fromDist})`);
-  return found;
-}
+export { repoRoot } from '../helpers/repo.js';
 
 /** Runs the CLI in this process (no child start-up cost); signals are not wired. */
 export async function cliInProcess(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number; stdout: string; stderr: string }> {
