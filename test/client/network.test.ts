@@ -1,7 +1,8 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { IdempotentClient, RequestFailedError } from '../../src/client/index.js';
-import { freePort, reply, startServer, type TestServer } from './helpers/http-server.js';
+import { freePort } from '../../tools/local-servers.js';
+import { reply, startServer, type TestServer } from './helpers/http-server.js';
 import { startCuttingRelay, type CuttingRelay } from './helpers/relay.js';
 import { sleep } from '../helpers/wait.js';
 

@@ -1,5 +1,6 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { freePort } from '../../tools/local-servers.js';
 import { sleep } from './wait.js';
 
 // A real upstream for tests: counts executions, records what it received,
@@ -61,11 +62,5 @@ export async function startUpstream(responder: Responder = jsonResponder()): Pro
   };
 }
 
-/** A port with nothing listening on it (connection refused). */
-export async function closedPort(): Promise<number> {
-  const s = http.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
+/** A port with nothing listening on it (connection refused): one that was free a moment ago. */
+export const closedPort = freePort;

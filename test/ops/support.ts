@@ -1,6 +1,4 @@
 import { readFileSync } from 'node:fs';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Writable } from 'node:stream';
 import { runCli } from '../../src/cli/index.js';
 import { send } from '../helpers/http.js';
