@@ -1,5 +1,5 @@
 // The validated tree + command-line flags + environment → Config.
-// Precedence (SPEC §5): flag beats file beats environment. DATABASE_URL and
+// Precedence (docs/contract.md, Command line): flag beats file beats environment. DATABASE_URL and
 // REDIS_URL are used when the file does not set store.postgres / store.redis
 // or sets them to an empty value (e.g. an unset ${VAR}).
 

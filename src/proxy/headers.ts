@@ -134,20 +134,3 @@ export function clientResponseHeadersRaw(raw: readonly Buffer[]): string[] {
   for (let i = 0; i < out.length; i += 2) if (!named.has(out[i]!.toLowerCase())) kept.push(out[i]!, out[i + 1]!);
   return kept;
 }
-
-/**
- * Response headers for the client from undici's headers object: hop-by-hop
- * removed. Returns flat [name, value, …] pairs; repeated headers stay repeated.
- */
-export function clientResponseHeaders(headers: Record<string, string | string[] | undefined>): string[] {
-  const conn = connectionTokens(headers.connection);
-  const out: string[] = [];
-  for (const name in headers) {
-    if (HOP_BY_HOP.has(name) || (conn !== null && conn.has(name))) continue;
-    const v = headers[name];
-    if (v === undefined) continue;
-    if (Array.isArray(v)) for (const x of v) out.push(name, x);
-    else out.push(name, v);
-  }
-  return out;
-}

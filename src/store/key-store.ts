@@ -84,7 +84,7 @@ export class KeyStore {
   }
 
   /**
-   * Claims a key or reports what holds it, in SPEC order: mismatch, then in
+   * Claims a key or reports what holds it, in the order of docs/contract.md (step 5): mismatch, then in
    * flight, then outcome unknown, then complete.
    */
   async claim(req: ClaimRequest): Promise<ClaimOutcome> {

@@ -5,6 +5,7 @@ import { createPgliteDb } from '../../src/store/db/pglite.js';
 import type { Db } from '../../src/store/db/port.js';
 import { migrate } from '../../src/store/migrate.js';
 import { migrations } from '../../src/store/migrations/index.js';
+import { sleep } from './wait.js';
 
 // A fresh database per test file, cloned from a migrated template
 // (CREATE DATABASE … TEMPLATE), on the machine's real PostgreSQL.
@@ -79,7 +80,7 @@ export async function createTestDatabase(opts: { migrated?: boolean } = {}): Pro
         return;
       } catch (err) {
         if (i >= 20 || !/being accessed by other users/.test((err as Error).message)) throw err;
-        await new Promise((r) => setTimeout(r, 100));
+        await sleep(100);
       }
     }
   });
@@ -95,7 +96,7 @@ export async function createTestDatabase(opts: { migrated?: boolean } = {}): Pro
 
 /** Runs SQL against a test database (for assertions and time travel). */
 export async function sql<R = Record<string, unknown>>(url: string, text: string, values: unknown[] = []): Promise<R[]> {
-  const client = new pg.Client({ connectionString: url });
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000 });
   // A database dropped under a still-running sampler must fail the query, not the process.
   client.on('error', () => {});
   await client.connect();
@@ -104,6 +105,26 @@ export async function sql<R = Record<string, unknown>>(url: string, text: string
   } finally {
     await client.end();
   }
+}
+
+/** Rows in the key table. */
+export async function rowCount(url: string): Promise<number> {
+  const [r] = await sql<{ n: number }>(url, 'SELECT count(*)::int AS n FROM idempotency_keys');
+  return r!.n;
+}
+
+/** One key's row (any tenant), or undefined. */
+export async function row(url: string, key: string): Promise<{ state: string; attempt: number; status_code: number | null } | undefined> {
+  const rows = await sql<{ state: string; attempt: number; status_code: number | null }>(url,
+    'SELECT state, attempt, status_code FROM idempotency_keys WHERE idem_key = $1', [key]);
+  return rows[0];
+}
+
+/** Backends of the proxy's pools (application_name idempotency-proxy) in this database waiting on a lock right now. */
+export async function lockWaiters(url: string): Promise<number> {
+  const [r] = await sql<{ n: number }>(url, `SELECT count(*)::int AS n FROM pg_stat_activity
+    WHERE datname = current_database() AND wait_event_type = 'Lock' AND application_name = 'idempotency-proxy'`);
+  return r!.n;
 }
 
 export type Backend = 'postgres' | 'pglite';

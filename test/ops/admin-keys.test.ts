@@ -13,7 +13,9 @@ import { createLogger } from '../../src/log/logger.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { cliInProcess, metric, until } from './support.js';
+import { metric } from '../helpers/metrics.js';
+import { waitFor } from '../helpers/wait.js';
+import { cliInProcess } from './support.js';
 
 const TOKEN = 'adm-7c1f-secret';
 const N = 10_500;
@@ -261,7 +263,7 @@ test('every call is logged with who and what', async () => {
   const from = lines.length;
   await call('/admin/keys?state=outcome_unknown&limit=2');
   await call('/admin/keys?state=outcome_unknown', { token: 'wrong' });
-  await until(() => lines.length >= from + 2, 2000, 'two admin log lines');
+  await waitFor('two admin log lines', () => lines.length >= from + 2, 2000);
   const [ok, denied] = lines.slice(from).filter((l) => l.msg === 'admin call');
   assert.equal(ok!.op, 'list');
   assert.equal(ok!.status, 200);
@@ -278,12 +280,12 @@ test('census gauges: outcome-unknown keys and the oldest in-flight key\'s age', 
   const want = rows.filter((r) => r.state === 'outcome_unknown').length;
   const oldest = Math.max(...rows.filter((r) => r.state === 'in_flight').map((r) => r.ageS));
   let text = '';
-  await until(async () => {
+  await waitFor('a census pass', async () => {
     text = (await call('/metrics')).text();
     return metric(text, 'idempotency_proxy_keys_outcome_unknown') > 0;
-  }, 10_000, 'a census pass');
+  }, 10_000);
   // The earlier tests resolve nothing and purge one complete key: the count is the inserted one.
-  await until(async () => metric((await call('/metrics')).text(), 'idempotency_proxy_keys_outcome_unknown') === want, 10_000, `${want} outcome-unknown keys`);
+  await waitFor(`${want} outcome-unknown keys`, async () => metric((await call('/metrics')).text(), 'idempotency_proxy_keys_outcome_unknown') === want, 10_000);
   const age = metric((await call('/metrics')).text(), 'idempotency_proxy_oldest_in_flight_age_seconds');
   assert.ok(age >= oldest && age < oldest + 60, `oldest in-flight age ${age} ≈ ${oldest}`);
 });

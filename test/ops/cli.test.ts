@@ -4,7 +4,8 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { runCli } from '../helpers/proxy.js';
 import { closedPort } from '../helpers/upstream.js';
-import { cliInProcess, helpInProcess, tempDir, type TempDir } from './support.js';
+import { cliInProcess, helpInProcess } from './support.js';
+import { tempDir, type TempDir } from '../helpers/tmp.js';
 
 describe('--help', () => {
   const HELP: Record<string, readonly string[]> = {

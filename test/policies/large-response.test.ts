@@ -12,7 +12,8 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { spawnProxy, startTestProxy, type SpawnedProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { peakRss, problemType, sha256, tempDir, type TempDir } from './support.js';
+import { peakRss, problemType, sha256 } from './support.js';
+import { tempDir, type TempDir } from '../helpers/tmp.js';
 
 const MiB = 1024 * 1024;
 const FIVE_MB = randomBytes(5 * MiB);

@@ -13,7 +13,9 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { runCli, spawnProxy, startTestProxy, type SpawnedProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { problemType, tempDir, until, type TempDir } from './support.js';
+import { tempDir, type TempDir } from '../helpers/tmp.js';
+import { waitFor } from '../helpers/wait.js';
+import { problemType } from './support.js';
 
 const AUTH = 'Bearer sk_test_resolve';
 const TENANT = tenantIdFor({ kind: 'fromHeaderHash', header: 'authorization' }, AUTH);
@@ -65,11 +67,10 @@ store: { postgres: "${db.url}" }
 ${ROUTES}`);
     crashed = await spawnProxy(['serve', '--config', file]);
     const inFlight = KEYS.map((k) => capture(crashed!.url, k).catch((err: Error) => err));
-    await until(() => upstream.executions() === KEYS.length, 5000, 'the upstream to receive every capture');
+    await waitFor('the upstream to receive every capture', () => upstream.executions() === KEYS.length, 5000);
     await crashed.kill();
     for (const r of await Promise.all(inFlight)) assert.ok(r instanceof Error, 'the clients of the crashed proxy got no answer');
-    await until(async () => (await sql<{ n: string }>(db.url, 'SELECT count(*) AS n FROM idempotency_keys WHERE locked_until <= now()'))[0]?.n === String(KEYS.length),
-      5000, 'the leases to expire');
+    await waitFor('the leases to expire', async () => (await sql<{ n: string }>(db.url, 'SELECT count(*) AS n FROM idempotency_keys WHERE locked_until <= now()'))[0]?.n === String(KEYS.length), 5000);
     survivor = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: `adminToken: ${TOKEN}\n${ROUTES}` });
   });
   after(async () => {

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { type Db, type Queryable, type Statement, StoreUnavailableError } from './port.js';
+import { maskUrl } from '../../config/mask.js';
 
 export interface PgDbOptions {
   readonly connectionString: string;
@@ -76,7 +77,7 @@ export function createPgDb(opts: PgDbOptions): Db {
   // An idle client losing its connection must not crash the process.
   pool.on('error', (err) => opts.onError?.(err));
   const root = new PgQueryable(pool);
-  const safeUrl = redactUrl(opts.connectionString);
+  const safeUrl = maskUrl(opts.connectionString);
   return {
     singleInstance: false,
     description: `PostgreSQL ${safeUrl}`,
@@ -107,14 +108,4 @@ export function createPgDb(opts: PgDbOptions): Db {
     },
     close: () => pool.end(),
   };
-}
-
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return '<unparseable url>';
-  }
 }
