@@ -8,7 +8,7 @@ import { MemoryBudget } from './lifecycle/budget.js';
 import { Plans } from './lifecycle/plan.js';
 import { Waiters } from './lifecycle/waiters.js';
 import { createLogger, type Logger } from './log/logger.js';
-import { createMetrics, watchGauge, type Metrics } from './metrics/metrics.js';
+import { createMetrics, type Metrics } from './metrics/metrics.js';
 import { Router } from './policy/router.js';
 import { createUpstream } from './proxy/upstream.js';
 import { openDb } from './store/open.js';
@@ -102,8 +102,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     // Routes and policies are swapped whole on reload: a request reads the plans once, at its route phase.
     const hasCache = cache !== null;
     const budget = new MemoryBudget(config.limits.maxBufferedBytes);
-    watchGauge(metrics.registry, 'idempotency_proxy_buffered_bytes',
-      'Request bodies and recorded responses held in memory now (limits.maxBufferedBytes)', () => budget.held);
+    metrics.bufferedBytes.watch(() => budget.held);
     let live = { config, plans: new Plans(router, { cache: hasCache }) };
     const deps: LifecycleDeps = {
       get plans() { return live.plans; },
