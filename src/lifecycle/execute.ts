@@ -2,6 +2,7 @@ import { recordUpstream, type Recorder, type Recording } from '../proxy/relay.js
 import type { UpstreamError } from '../proxy/upstream.js';
 import { PROBLEM_CONTENT_TYPE, Problems, problemBody, sendProblem } from '../http/problems.js';
 import { StoreUnavailableError } from '../store/db/port.js';
+import { claimToken } from '../store/claim-token.js';
 import type { StoredResponse } from '../store/records.js';
 import type { CompiledRoute } from '../policy/router.js';
 import type { RequestContext } from './context.js';
@@ -35,7 +36,8 @@ const COMMIT_PATIENCE_MIN_MS = 30_000;
 export function execute(deps: LifecycleDeps, ctx: RequestContext, route: CompiledRoute, body: Buffer, claim: Claimed): Promise<void> {
   return new Promise((resolve, reject) => {
     const run = new Execution(deps, ctx, route, claim, resolve, reject);
-    recordUpstream(deps.upstream, ctx.req, ctx.method, body, ctx.res, run, route.policy.maxStoredResponseBytes);
+    recordUpstream(deps.upstream, ctx.req, ctx.method, body, ctx.res, run, route.policy.maxStoredResponseBytes,
+      claimToken(claim.tenantId, claim.key, claim.ownerToken));
   });
 }
 
@@ -189,7 +191,10 @@ async function commit(
     ctx.res.destroy();
     return;
   }
-  deps.cache?.rememberComplete(claim.tenantId, claim.key, claim.fingerprint, record, outcome.ttlLeftMs);
+  // kept: the upstream settled the row in its own transaction (docs/co-commit.md);
+  // the record is the settled one, which the next replay from PostgreSQL caches.
+  if (outcome.kept === true) deps.cache?.forget(claim.tenantId, claim.key);
+  else deps.cache?.rememberComplete(claim.tenantId, claim.key, claim.fingerprint, record, outcome.ttlLeftMs);
   const res = ctx.res;
   if (res.destroyed) return;
   if (last !== null) res.end(last);

@@ -268,10 +268,10 @@ class ExchangeHandler<T> implements Dispatcher.DispatchHandler, Recording {
   }
 }
 
-function dispatch<T>(upstream: Upstream, req: IncomingMessage, method: string, body: Buffer | IncomingMessage | null, handler: ExchangeHandler<T>): void {
+function dispatch<T>(upstream: Upstream, req: IncomingMessage, method: string, body: Buffer | IncomingMessage | null, handler: ExchangeHandler<T>, claim?: string): void {
   try {
     upstream.pool.dispatch(
-      { origin: upstream.origin, path: req.url ?? '/', method: method as Dispatcher.HttpMethod, headers: forwardHeaders(req, body), body },
+      { origin: upstream.origin, path: req.url ?? '/', method: method as Dispatcher.HttpMethod, headers: forwardHeaders(req, body, claim), body },
       handler,
     );
   } catch (err) {
@@ -295,7 +295,7 @@ export function relayUpstream<T>(
 /**
  * Forwards `req` with its buffered body and streams the answer into `res`
  * while recording it (body up to `limit` bytes); the recorder ends the
- * response.
+ * response. `claim`: the Idempotency-Claim token sent along (docs/co-commit.md).
  */
 export function recordUpstream(
   upstream: Upstream,
@@ -305,6 +305,7 @@ export function recordUpstream(
   res: ServerResponse,
   recorder: Recorder,
   limit: number,
+  claim?: string,
 ): void {
-  dispatch(upstream, req, method, body, new ExchangeHandler<null>(res, null, null, recorder, limit, upstream.timeoutMs, performance.now()));
+  dispatch(upstream, req, method, body, new ExchangeHandler<null>(res, null, null, recorder, limit, upstream.timeoutMs, performance.now()), claim);
 }
