@@ -23,7 +23,7 @@ export const PER_REQUEST_IDS: ReadonlySet<string> = new Set([
 export const CLAIM_HEADER = 'idempotency-claim';
 
 /** Never stored: framing headers are recomputed on replay, Date is per response. */
-const NEVER_STORED: ReadonlySet<string> = new Set(['content-length', 'date', 'set-cookie', 'idempotent-replayed']);
+export const NEVER_STORED: ReadonlySet<string> = new Set(['content-length', 'date', 'set-cookie', 'idempotent-replayed']);
 
 /**
  * The stored-header filter of a route: every end-to-end header except the
