@@ -138,28 +138,37 @@ describe('co-commit: the upstream settles the key in its own transaction', () =>
       const first = trySend(`${a.url}/orders`, req(k));
       const pausedA = await svc.waitFor(on('paused', k), 'the first attempt to reach its settle');
       a.proc.kill('SIGSTOP');
-      await svc.mode({ pauseBeforeSettle: false });
-      const b = await retryWhileInFlight(`${survivor.url}/orders`, req(k), STUCK_BOUND_MS);
-      assert.equal(b.reply.status, 201, 'the new owner executed');
-      const settleB = await svc.waitFor((e) => on('settle', k)(e) && e.claim !== pausedA.claim, 'the new owner\'s settle');
-      assert.equal(settleB.result, true);
-      assert.notEqual(ownerOf(settleB.claim), ownerOf(pausedA.claim));
+      // The new owner takes the key over once A's lease has run out, and
+      // pauses before its own settle: the row is in flight under its token.
+      const b = retryWhileInFlight(`${survivor.url}/orders`, req(k), STUCK_BOUND_MS);
+      const pausedB = await svc.waitFor((e) => on('paused', k)(e) && e.claim !== pausedA.claim, 'the takeover', STUCK_BOUND_MS);
+      assert.notEqual(ownerOf(pausedB.claim), ownerOf(pausedA.claim));
 
-      await svc.release();
+      await svc.release(pausedA.claim!);
       const settleA = await svc.waitFor((e) => on('settle', k)(e) && e.claim === pausedA.claim, 'the fenced attempt\'s settle');
       assert.equal(settleA.result, false, 'a fenced claim settles nothing');
+      const rowNow = await query<{ state: string; owner: string }>(db.url, 'SELECT state, owner_token::text AS owner FROM idempotency_keys WHERE idem_key = $1', [k]);
+      assert.deepEqual(rowNow[0], { state: 'in_flight', owner: ownerOf(pausedB.claim) }, 'unchanged: still the new owner\'s, in flight');
+
+      await svc.mode({ pauseBeforeSettle: false });
+      await svc.release(pausedB.claim!);
+      const done = await b;
+      assert.equal(done.reply.status, 201, 'the new owner executed');
+      assert.equal((await svc.waitFor((e) => on('settle', k)(e) && e.claim === pausedB.claim, 'the new owner\'s settle')).result, true);
       assert.equal(await orders(k), 1, 'the fenced attempt rolled back its order');
       const [r] = await query<{ state: string; attempt: number; owner: string; body: string }>(db.url,
         "SELECT state, attempt, owner_token::text AS owner, convert_from(response_body, 'UTF8') AS body FROM idempotency_keys WHERE idem_key = $1", [k]);
-      assert.deepEqual(r, { state: 'complete', attempt: 2, owner: ownerOf(settleB.claim), body: b.reply.text() });
+      assert.deepEqual(r, { state: 'complete', attempt: 2, owner: ownerOf(pausedB.claim), body: done.reply.text() });
 
       a.proc.kill('SIGCONT');
       assert.ok((await first) instanceof Error, 'the paused proxy\'s commit is fenced: its client never gets a complete response');
       const replay = await send(`${survivor.url}/orders`, req(k));
-      assert.equal(replay.text(), b.reply.text());
+      assert.equal(replay.text(), done.reply.text());
     } finally {
       if (a.proc.exitCode === null && a.proc.signalCode === null) a.proc.kill('SIGCONT');
       await a.kill();
+      await svc.mode({ pauseBeforeSettle: false });
+      await svc.release();
     }
   });
 

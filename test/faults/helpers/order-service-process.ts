@@ -32,8 +32,8 @@ export interface OrderService {
   /** The first event (past or future) that matches. */
   waitFor(match: (e: OrderEvent) => boolean, what: string, timeoutMs?: number): Promise<OrderEvent>;
   mode(m: OrderMode): Promise<void>;
-  /** Lets every request paused before its settle go on. */
-  release(): Promise<void>;
+  /** Lets every request paused before its settle go on, or only the one of `claim`. */
+  release(claim?: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -72,7 +72,7 @@ export async function startOrderService(databaseUrl: string): Promise<OrderServi
     events,
     waitFor,
     mode: (m) => post('/_test/mode', m),
-    release: () => post('/_test/release', {}),
+    release: (claim) => post('/_test/release', claim === undefined ? {} : { claim }),
     async close() {
       if (proc.exitCode !== null || proc.signalCode !== null) return;
       proc.kill('SIGTERM');

@@ -15,14 +15,14 @@ interface Mode {
   settle: boolean;
   /** After the transaction: answer, or never answer (hold). 'raise-hold': raise after settling (rollback), then hold. */
   after: 'answer' | 'hold' | 'raise-hold';
-  /** Wait for POST /_test/release after the insert, before settling. */
+  /** Wait for POST /_test/release (all, or {claim}) after the insert, before settling. */
   pauseBeforeSettle: boolean;
   /** Delay before answering, after the commit. */
   delayMs: number;
 }
 
 let mode: Mode = { settle: true, after: 'answer', pauseBeforeSettle: false, delayMs: 0 };
-const released: Array<() => void> = [];
+const paused: Array<{ claim: string | null; go: () => void }> = [];
 const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, max: 60 });
 pool.on('error', () => {});
 const emit = (e: Record<string, unknown>): void => {
@@ -46,7 +46,7 @@ async function order(req: http.IncomingMessage, res: http.ServerResponse, body: 
     const headers: http.OutgoingHttpHeaders = { 'content-type': 'application/json', 'x-order-id': `ord_${rows[0]!.id}`, 'x-tag': ['a', 'b'] };
     if (m.pauseBeforeSettle) {
       emit({ event: 'paused', key, claim });
-      await new Promise<void>((r) => released.push(r));
+      await new Promise<void>((go) => paused.push({ claim, go }));
     }
     if (m.settle) {
       const settled = await settle(client, req, { status: 201, headers, body: out });
@@ -84,7 +84,13 @@ async function order(req: http.IncomingMessage, res: http.ServerResponse, body: 
 
 async function control(req: http.IncomingMessage, res: http.ServerResponse, body: Buffer): Promise<void> {
   if (req.url === '/_test/mode') mode = { ...mode, ...(JSON.parse(body.toString()) as Partial<Mode>) };
-  else if (req.url === '/_test/release') for (const r of released.splice(0)) r();
+  else if (req.url === '/_test/release') {
+    // Every paused request, or the one of the claim named.
+    const only = (JSON.parse(body.toString() || '{}') as { claim?: string }).claim;
+    for (let i = paused.length - 1; i >= 0; i--) {
+      if (only === undefined || paused[i]!.claim === only) paused.splice(i, 1)[0]!.go();
+    }
+  }
   res.writeHead(204).end();
 }
 
