@@ -39,7 +39,7 @@ export interface OrderService {
 
 export async function startOrderService(databaseUrl: string): Promise<OrderService> {
   const proc = spawn(process.execPath, [SCRIPT], {
-    env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl },
+    env: { PATH: process.env.PATH, DATABASE_URL: databaseUrl, IDEM_ORDER_SERVICE: '1' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const events: OrderEvent[] = [];
