@@ -51,8 +51,9 @@ async function round(url: string, agent: Agent): Promise<number> {
 }
 
 const db = await createTestDatabase();
-const svc = await startOrderService(db.url);
-const proxy = await spawnProxy(['serve', '--upstream', svc.url, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--database-url', db.url]);
+const svc = await startOrderService(db.url).catch(async (err) => { await db.drop(); throw err; });
+const proxy = await spawnProxy(['serve', '--upstream', svc.url, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--database-url', db.url])
+  .catch(async (err) => { await svc.close(); await db.drop(); throw err; });
 const agent = new Agent({ connections: CONNECTIONS });
 try {
   const rates: Record<'settle' | 'plain', number[]> = { settle: [], plain: [] };
