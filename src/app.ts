@@ -113,9 +113,9 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
       intervalMs: config.store.sweepIntervalMs,
       batchSize: config.store.sweepBatchSize,
       onResult: (r) => {
-        if (r.deleted > 0) {
+        if (r.deleted > 0 || r.steps > 0) {
           metrics.sweeperDeleted.inc(r.deleted);
-          logger.info({ deleted: r.deleted }, 'sweeper deleted expired records');
+          logger.info({ deleted: r.deleted, steps: r.steps }, 'sweeper deleted expired records');
         }
       },
       onError: (e) => logger.warn({ err: (e as Error).message }, 'sweeper failed'),

@@ -211,12 +211,12 @@ export class KeyStore {
     if (n === 1 && this.singleRow) {
       this.onBatch?.('commit', 1);
       const c = items[0]!;
-      const rows = await this.db.query<{ ttl_left_ms: number }>(commitOneStatement, [
+      const rows = await this.db.query<{ ttl_left_ms: number; kept: boolean }>(commitOneStatement, [
         c.tenantId, c.key, c.ownerToken, c.response.status, JSON.stringify(c.response.headers),
         c.response.body.toString('hex'), c.response.bodyRetained, c.response.bodySize,
       ]);
       const row = rows[0];
-      return [row === undefined ? { committed: false } : { committed: true, ttlLeftMs: row.ttl_left_ms }];
+      return [row === undefined ? { committed: false } : { committed: true, ttlLeftMs: row.ttl_left_ms, kept: row.kept }];
     }
     const tenants = new Array<string>(n), keys = new Array<string>(n), owners = new Array<string>(n);
     const statuses = new Array<number>(n), headers = new Array<string>(n), bodies = new Array<string>(n);
@@ -229,15 +229,12 @@ export class KeyStore {
       sizes[i] = c.response.bodySize;
     }
     this.onBatch?.('commit', n);
-    const rows = await this.db.query<{ tenant_id: string; idem_key: string; ttl_left_ms: number }>(commitStatement, [
+    const rows = await this.db.query<{ tenant_id: string; idem_key: string; ttl_left_ms: number; kept: boolean }>(commitStatement, [
       tenants, keys, owners, statuses, headers, bodies, retained, sizes,
     ]);
-    const done = new Map<string, number>();
-    for (const r of rows) done.set(`${r.tenant_id}\u0000${r.idem_key}`, r.ttl_left_ms);
-    return items.map((c): CommitOutcome => {
-      const ttl = done.get(`${c.tenantId}\u0000${c.key}`);
-      return ttl === undefined ? { committed: false } : { committed: true, ttlLeftMs: ttl };
-    });
+    const done = new Map<string, CommitOutcome>();
+    for (const r of rows) done.set(`${r.tenant_id}\u0000${r.idem_key}`, { committed: true, ttlLeftMs: r.ttl_left_ms, kept: r.kept });
+    return items.map((c): CommitOutcome => done.get(`${c.tenantId}\u0000${c.key}`) ?? { committed: false });
   }
 }
 
