@@ -17,7 +17,7 @@ export type Outcome = { code: number };
  * message already names the field. The command ran and something at run time
  * failed (PostgreSQL unreachable, a data directory that cannot be written):
  * exit 1 and no usage hint, so restart policies and logs do not read it as a
- * bad command line (docs/operations.md, Exit codes).
+ * bad command line (docs/operations.md, Docker: exit codes).
  */
 function failureExit(err: unknown, inHandler: boolean, message: string): { code: number; hint: boolean } {
   const usage = !inHandler || err instanceof CliError || err instanceof ConfigError;
