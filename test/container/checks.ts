@@ -213,12 +213,12 @@ describe('HEALTHCHECK (the image\'s own command, probed every second)', () => {
     const moved = await config();
     const offPort = await freePort();
     const off = confDir(`listen: 127.0.0.1:${offPort}\nadmin: off\nupstream: { url: "${upstream.url}" }\nstore: { postgres: "${db.url}" }\n${ROUTES}`);
-    const names = [
-      await run([...mount(atDefault.dir), ...health]),
-      await run([...mount(confDir(moved.yaml).dir), ...health]),
-      await run([...mount(off.dir), ...health]),
-    ];
+    // Moved and off first, while nothing owns the host's 9090: on the host
+    // network a probe of 127.0.0.1:9090 would reach any container's admin.
+    const names = [await run([...mount(confDir(moved.yaml).dir), ...health]), await run([...mount(off.dir), ...health])];
     await Promise.all(names.map(healthy));
+    assert.ok(await portFree(9090), 'nothing listens on 9090 while the moved and the disabled admin are checked');
+    await healthy(await run([...mount(atDefault.dir), ...health]));
   });
 });
 
