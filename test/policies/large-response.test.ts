@@ -127,12 +127,12 @@ upstream: { url: "${upstream.url}" }
 store: { postgres: "${db.url}" }
 ${YAML}`);
     // Started the way the image, `npm start` and docs/operations.md run it.
-    // Dead stream buffers are freed when V8 collects their small JS wrappers:
-    // Node 20 also scavenges on external-memory pressure, Node 22 and 24 only
-    // when the young generation is full, so there the bytes held between two
-    // scavenges scale with the semi-space size. Node 24, same machine: 23-44
-    // MiB growth with V8's default semi-space, 7-13 with --max-semi-space-size=4,
-    // 0 with 1 (Node 20: 0 in every case).
+    // The node option matters on Node 24: its V8 frees dead stream buffers
+    // with a young-generation collection only once young buffers reach 2 x
+    // the maximum semi-space, a default it raised fourfold (32 -> 128 MB, past
+    // the 64 MB at which a full collection starts instead). Same machine:
+    // growth 2-44 MiB on Node 24 with V8's defaults, 4-13 with this option,
+    // 0-4 on Node 20 and 22 (docs/operations.md, Sizing).
     spawned = await spawnProxy(['serve', '--config', file], {}, { nodeArgs: NODE_FLAGS });
     const pid = spawned.proc.pid!;
     const fetchHash = async (key: string, bytes: number): Promise<{ status: number; size: number; hash: string; replayed: unknown }> => {
