@@ -47,9 +47,12 @@ cleanup() {
     log "stopping our dockerd (pid $DOCKERD_PID)"
     kill "$DOCKERD_PID" 2>/dev/null || true
     for _ in $(seq 1 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
+    log "dockerd stopped"
     kill -9 "$DOCKERD_PID" 2>/dev/null || true
   fi
-  rm -rf "$WORK" 2>/dev/null || true
+  # dockerd leaves its network namespace bind-mounted under the exec root.
+  awk -v w="$WORK/" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r | while read -r m; do umount "$m" || umount -l "$m"; done
+  rm -rf "$WORK" 2>/dev/null || echo "could not remove $WORK"
   exit "$rc"
 }
 trap cleanup EXIT
@@ -117,4 +120,4 @@ fi
 log "checks against $IMAGE"
 cd "$ROOT"
 node --test --test-concurrency=1 dist/test/container/checks.js
-log "done"
+log "checks done"
