@@ -43,7 +43,9 @@ EXPOSE 8080 9090
 # `healthcheck` reads the admin address from the same file as CMD's serve
 # (admin moved: probed there; admin off: the listener must accept). Started
 # with other flags or no file? Give the check the same: --health-cmd.
-HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
+# --timeout=10s: the check is a node start plus the config loader, about
+# 0.4 s of CPU alone and several seconds on a loaded host.
+HEALTHCHECK --interval=15s --timeout=10s --start-period=20s --retries=3 \
   CMD ["node", "dist/src/main.js", "healthcheck", "--config", "/etc/idempotency-proxy/config.yaml"]
 STOPSIGNAL SIGTERM
 # --max-semi-space-size=4: src/node-flags.ts (V8 sizes the heap before our code runs).

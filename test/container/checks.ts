@@ -200,9 +200,9 @@ describe('the image', () => {
 });
 
 describe('HEALTHCHECK (the image\'s own command, probed every second)', () => {
-  const health = ['--health-interval', '1s', '--health-timeout', '3s', '--health-retries', '2'];
+  const health = ['--health-interval', '1s', '--health-timeout', '10s', '--health-retries', '2'];
   const healthy = async (name: string): Promise<void> => {
-    await until(async () => (await state(name)).Health?.Status === 'healthy', 40_000, `${name} healthy`)
+    await until(async () => (await state(name)).Health?.Status === 'healthy', 60_000, `${name} healthy`)
       .catch(async (e: Error) => { throw new Error(`${e.message}: ${JSON.stringify((await state(name)).Health)}\n${await logs(name)}`); });
   };
 
