@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// Entry point: the only place that touches argv, process.exit and signals.
+// Entry point: the only place that touches argv, process.exit and signals
+// (with src/startup-signals.ts, which it imports for the start-up window).
 import './v8-flags.js'; // first: V8 settings before any other module runs
 import { releaseStartupSignals } from './startup-signals.js'; // second: SIGTERM during start-up exits
 import { hideBin } from 'yargs/helpers';

@@ -19,9 +19,9 @@ export type Outcome = { code: number };
  * exit 1 and no usage hint, so restart policies and logs do not read it as a
  * bad command line (docs/operations.md, Docker: exit codes).
  */
-function failureExit(err: unknown, inHandler: boolean, message: string): { code: number; hint: boolean } {
-  const usage = !inHandler || err instanceof CliError || err instanceof ConfigError;
-  if (!usage) return { code: 1, hint: false };
+function failureExit(err: unknown, runtimeCode: number | null, message: string): { code: number; hint: boolean } {
+  const usage = runtimeCode === null || err instanceof CliError || err instanceof ConfigError;
+  if (!usage) return { code: runtimeCode, hint: false };
   return { code: err instanceof CliError ? err.exitCode : 2, hint: !/^invalid configuration/.test(message) };
 }
 
@@ -31,11 +31,12 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
   let failure: string | null = null;
   let failed: unknown = null;
   let hint: string | null = null;
-  let inHandler = false;
-  const run = <A, B>(cmd: CommandModule<A, B>): CommandModule<A, B> => ({
+  // Set when a command's handler starts: its exit code for a run-time failure.
+  let runtimeCode: number | null = null;
+  const run = <A, B>(cmd: CommandModule<A, B>, failedCode = 1): CommandModule<A, B> => ({
     ...cmd,
     handler: (args) => {
-      inHandler = true;
+      runtimeCode = failedCode;
       return cmd.handler(args);
     },
   });
@@ -49,7 +50,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
     .command(run(checkConfigCommand(io, outcome)))
     .command(run(keysCommand(io, outcome)))
     .command(run(demoCommand(io, outcome)))
-    .command(run(verifyCommand(io, outcome)))
+    .command(run(verifyCommand(io, outcome), 2)) // its 1 means "more than one execution"
     .command(run(healthcheckCommand(io, outcome)))
     .demandCommand(1, 'name a command: serve, migrate, check-config, keys, verify or demo')
     .strict()
@@ -82,7 +83,7 @@ export async function runCli(argv: readonly string[], io: CliIo): Promise<number
   else if (failure !== null && hint !== null) failure = `${failure}. ${hint}`;
   if (failure !== null) {
     io.stderr.write(`idempotency-proxy: ${failure}\n`);
-    const exit = failureExit(failed, inHandler, failure);
+    const exit = failureExit(failed, runtimeCode, failure);
     if (exit.hint) io.stderr.write('Run "idempotency-proxy --help" for usage.\n');
     return outcome.code === 0 ? exit.code : outcome.code;
   }
