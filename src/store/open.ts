@@ -3,6 +3,7 @@ import type { Logger } from '../log/logger.js';
 import { createPgDb } from './db/pg.js';
 import { createPgliteDb } from './db/pglite.js';
 import type { Db } from './db/port.js';
+import { prepareDataDir } from './data-dir.js';
 
 /** PostgreSQL when a URL is configured, the embedded PGlite store otherwise. */
 export async function openDb(cfg: StoreConfig, logger: Logger): Promise<Db> {
@@ -14,5 +15,6 @@ export async function openDb(cfg: StoreConfig, logger: Logger): Promise<Db> {
     });
   }
   logger.info({ dataDir: cfg.dataDir }, 'opening the embedded store (PGlite)');
+  prepareDataDir(cfg.dataDir);
   return createPgliteDb(cfg.dataDir);
 }
