@@ -63,6 +63,9 @@ export function createPgDb(opts: PgDbOptions): Db {
   });
   // An idle client losing its connection must not crash the process.
   pool.on('error', (err) => opts.onError?.(err));
+  // Nor one that is checked out: its statement gets the error (pg emits it
+  // on the client too), and the pool drops it on release.
+  pool.on('connect', (client) => client.on('error', ignore));
   const config = named
     ? (stmt: Statement, values: readonly unknown[]): pg.QueryConfig => ({ name: stmt.name, text: stmt.text, values: values as unknown[] })
     : (stmt: Statement, values: readonly unknown[]): pg.QueryConfig => ({ text: stmt.text, values: values as unknown[] });
@@ -121,6 +124,8 @@ export function createPgDb(opts: PgDbOptions): Db {
     close: () => pool.end(),
   };
 }
+
+const ignore = (): void => {};
 
 /** Bounded like every round trip: a connection that hangs here is never handed out. */
 async function applySessionSettings(client: pg.ClientBase, timeoutMs: number): Promise<void> {
