@@ -2,6 +2,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { request } from 'undici';
 import type { RunningProxy } from '../../src/app.js';
+import { createPgDb } from '../../src/store/db/pg.js';
+import { StoreUnavailableError } from '../../src/store/db/port.js';
 import { ADMIN_URL, createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { PROBLEM } from './helpers/client.js';
 import { answer, startControlledUpstream, type ControlledUpstream } from './helpers/controlled-upstream.js';
@@ -18,6 +20,7 @@ import { sleep, waitUntil } from './helpers/wait.js';
 
 const TIMEOUT_MS = 2000;
 const BOUND_MS = TIMEOUT_MS + 1000;
+const SELECT_1 = { name: 'idem_test_one', text: 'SELECT 1 AS one' };
 /** The test's client gives up here: a request held open fails the test instead of hanging it. */
 const CLIENT_GIVES_UP_MS = 15_000;
 
@@ -193,5 +196,69 @@ describe('PostgreSQL answering every statement 10 s late', () => {
     // Nothing sent during the slow phase reached PostgreSQL: its connections were destroyed first.
     const [row] = await sql<{ n: number }>(db.url, "SELECT count(*)::int AS n FROM idempotency_keys WHERE idem_key LIKE 'slow-%'");
     assert.equal(row!.n, 0);
+  });
+});
+
+describe('the Db layer under a store that hangs or drops a connection', () => {
+  let db: TestDatabase;
+  let relay: TcpRelay;
+  before(async () => {
+    db = await createTestDatabase();
+    relay = await startTcpRelay(Number(new URL(ADMIN_URL).port || 5432));
+  });
+  after(async () => {
+    await relay?.close();
+    await db?.drop();
+  });
+
+  test('a black-holed statement, transaction and connection wait reject StoreUnavailableError within the bound; hung connections are closed', async () => {
+    const store = createPgDb({ connectionString: throughRelay(db, relay), max: 2, timeoutMs: TIMEOUT_MS });
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown): void => { uncaught.push(err); };
+    process.on('uncaughtException', onUncaught);
+    try {
+      await Promise.all([store.query(SELECT_1, []), store.query(SELECT_1, [])]); // both pooled connections open
+      relay.setBlackhole(true);
+      const t0 = performance.now();
+      const results = await Promise.allSettled([
+        store.query(SELECT_1, []),
+        store.transaction((tx) => tx.query(SELECT_1, [])),
+        store.query(SELECT_1, []), // waits for a pool connection
+        store.query(SELECT_1, [], 500), // a shorter budget (a batch that already waited)
+      ]);
+      const ms = performance.now() - t0;
+      for (const r of results) {
+        assert.equal(r.status, 'rejected');
+        assert.ok((r as PromiseRejectedResult).reason instanceof StoreUnavailableError, String((r as PromiseRejectedResult).reason));
+      }
+      assert.ok(ms <= BOUND_MS, `rejected after ${Math.round(ms)} ms`);
+      await waitUntil(() => relay.connections === 0, 2000, 'the hung connections to be closed');
+      relay.setBlackhole(false);
+      assert.deepEqual(await store.query(SELECT_1, []), [{ one: 1 }]);
+      assert.deepEqual(uncaught, []);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+      await store.close();
+    }
+  });
+
+  test('a connection cut under a running statement (a killed server) rejects it StoreUnavailableError, with nothing uncaught', async () => {
+    const store = createPgDb({ connectionString: throughRelay(db, relay), max: 1, timeoutMs: 10_000 });
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown): void => { uncaught.push(err); };
+    process.on('uncaughtException', onUncaught);
+    try {
+      const sleeping = store.query({ name: 'idem_test_sleep', text: "SELECT pg_sleep(5), 'x' AS tag" }, []).then(() => null, (err: unknown) => err);
+      await waitUntil(async () => (await sql<{ n: number }>(db.url, "SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(5)%'"))[0]!.n === 1, 3000, 'the statement to run');
+      relay.cut(); // no goodbye from the server: the socket just closes
+      const err = await sleeping;
+      assert.ok(err instanceof StoreUnavailableError, `rejected with ${String(err)}`);
+      await sleep(100);
+      assert.deepEqual(await store.query(SELECT_1, []), [{ one: 1 }], 'the pool dials a new connection');
+      assert.deepEqual(uncaught, []);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+      await store.close();
+    }
   });
 });
