@@ -95,6 +95,7 @@ export function configSchema(): Schema {
         timeout: duration,
         preparedStatements: { type: 'boolean' },
       }),
+      limits: section({ maxBufferedBytes: size }),
       logLevel: enumOf('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'),
       shutdownTimeout: duration,
       defaults: section(policyProperties()),
