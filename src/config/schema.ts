@@ -91,6 +91,9 @@ export function configSchema(): Schema {
         migrate: { type: 'boolean' },
         sweepInterval: duration,
         sweepBatchSize: { type: 'integer', minimum: 1 },
+        // Store hardening (docs/configuration.md): bound and statement mode.
+        timeout: duration,
+        preparedStatements: { type: 'boolean' },
       }),
       limits: section({ maxBufferedBytes: size }),
       logLevel: enumOf('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'),

@@ -66,16 +66,15 @@ export class KeyStore {
     this.singleRow = opts.singleRowStatements ?? true;
     const maxBatch = opts.maxBatch ?? 256;
     const maxInFlight = opts.maxInFlight ?? (db.singleInstance ? 1 : 2);
+    const sizes = { maxBatch, maxInFlight, timeoutMs: db.timeoutMs };
     this.claims = new Batcher({
-      run: (items) => this.runClaims(items),
-      maxBatch,
-      maxInFlight,
+      run: (items, budgetMs) => this.runClaims(items, budgetMs),
+      ...sizes,
     });
     this.commits = new Batcher({
-      run: (items) => this.runCommits(items),
+      run: (items, budgetMs) => this.runCommits(items, budgetMs),
       key: (c) => `${c.tenantId}\u0000${c.key}`,
-      maxBatch,
-      maxInFlight,
+      ...sizes,
     });
   }
 
@@ -152,7 +151,7 @@ export class KeyStore {
    * — a key this batch claimed is in flight for them — so a storm of N
    * duplicates costs one round trip, not N.
    */
-  private async runClaims(items: readonly ClaimRequest[]): Promise<RawClaim[]> {
+  private async runClaims(items: readonly ClaimRequest[], budgetMs?: number): Promise<RawClaim[]> {
     const n = items.length;
     if (n === 1 && this.singleRow) {
       this.onBatch?.('claim', 1);
@@ -160,7 +159,7 @@ export class KeyStore {
       const rows = await this.db.query<ClaimRow>(claimOneStatement, [
         c.tenantId, c.key, c.fingerprint.toString('hex'), c.ownerToken, c.leaseMs, c.ttlMs,
         c.onExpiredLease, c.route, c.method, c.path,
-      ]);
+      ], budgetMs);
       const row = rows[0];
       return [row === undefined ? { kind: 'absent' } : rawFromRow(row, c.fingerprint)];
     }
@@ -189,7 +188,7 @@ export class KeyStore {
     }
     const rows = await this.db.query<ClaimRow>(claimStatement, [
       tenants, keys, fps, owners, leases, ttls, policies, routes, methods, paths,
-    ]);
+    ], budgetMs);
     const out = new Array<RawClaim>(n);
     const rowOf = new Array<ClaimRow | undefined>(n);
     for (const row of rows) {
@@ -206,7 +205,7 @@ export class KeyStore {
     return out;
   }
 
-  private async runCommits(items: readonly CommitRequest[]): Promise<CommitOutcome[]> {
+  private async runCommits(items: readonly CommitRequest[], budgetMs?: number): Promise<CommitOutcome[]> {
     const n = items.length;
     if (n === 1 && this.singleRow) {
       this.onBatch?.('commit', 1);
@@ -214,7 +213,7 @@ export class KeyStore {
       const rows = await this.db.query<{ ttl_left_ms: number; kept: boolean }>(commitOneStatement, [
         c.tenantId, c.key, c.ownerToken, c.response.status, JSON.stringify(c.response.headers),
         c.response.body.toString('hex'), c.response.bodyRetained, c.response.bodySize,
-      ]);
+      ], budgetMs);
       const row = rows[0];
       return [row === undefined ? { committed: false } : { committed: true, ttlLeftMs: row.ttl_left_ms, kept: row.kept }];
     }
@@ -231,7 +230,7 @@ export class KeyStore {
     this.onBatch?.('commit', n);
     const rows = await this.db.query<{ tenant_id: string; idem_key: string; ttl_left_ms: number; kept: boolean }>(commitStatement, [
       tenants, keys, owners, statuses, headers, bodies, retained, sizes,
-    ]);
+    ], budgetMs);
     const done = new Map<string, CommitOutcome>();
     for (const r of rows) done.set(`${r.tenant_id}\u0000${r.idem_key}`, { committed: true, ttlLeftMs: r.ttl_left_ms, kept: r.kept });
     return items.map((c): CommitOutcome => done.get(`${c.tenantId}\u0000${c.key}`) ?? { committed: false });

@@ -11,6 +11,8 @@ export async function openDb(cfg: StoreConfig, logger: Logger): Promise<Db> {
     return createPgDb({
       connectionString: cfg.postgres,
       max: cfg.poolSize,
+      timeoutMs: cfg.timeoutMs,
+      preparedStatements: cfg.preparedStatements,
       onError: (err) => logger.warn({ err: err.message }, 'idle PostgreSQL connection lost'),
     });
   }

@@ -39,6 +39,8 @@ test('contract example with DATABASE_URL and REDIS_URL unset', () => {
     migrate: true,
     sweepIntervalMs: 60_000,
     sweepBatchSize: 1_000,
+    timeoutMs: 5_000,
+    preparedStatements: true,
   });
   assert.equal(config.logLevel, 'info');
   assert.deepEqual(

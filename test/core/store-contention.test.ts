@@ -6,28 +6,34 @@ import { KeyStore } from '../../src/store/key-store.js';
 import { createPgDb } from '../../src/store/db/pg.js';
 import type { Db } from '../../src/store/db/port.js';
 import type { StoredResponse } from '../../src/store/records.js';
-import { createTestDatabase, lockWaiters, sql, type TestDatabase } from '../helpers/db.js';
+import { ADMIN_URL, createTestDatabase, lockWaiters, sql, type TestDatabase } from '../helpers/db.js';
 import { waitFor } from '../helpers/wait.js';
+import { startPgBouncer, type PgBouncer } from '../helpers/pgbouncer.js';
 
 // A retry storm over a few hot keys, on several proxy instances at once:
 // batched claims and commits of overlapping keys must never deadlock each
 // other (PostgreSQL would abort one statement — every request batched in it
 // would get a 500). Statements take their row locks in one global order.
+// Directly, and through PgBouncer in transaction mode (unnamed statements).
 
 const fp = createHash('sha256').update('op').digest();
 const response: StoredResponse = { status: 201, headers: [['content-type', 'text/plain']], body: Buffer.from('ok'), bodyRetained: true, bodySize: 2 };
 
-describe('claims and commits under contention', () => {
+for (const via of ['directly', 'through PgBouncer'] as const) describe(`claims and commits under contention, ${via}`, () => {
   let t: TestDatabase;
+  let bouncer: PgBouncer | undefined;
   let dbs: Db[];
   let stores: KeyStore[];
   before(async () => {
     t = await createTestDatabase();
-    dbs = [0, 1, 2, 3].map(() => createPgDb({ connectionString: t.url, max: 4 }));
+    if (via === 'through PgBouncer') bouncer = await startPgBouncer(ADMIN_URL, 8);
+    const url = bouncer?.url(t.name) ?? t.url;
+    dbs = [0, 1, 2, 3].map(() => createPgDb({ connectionString: url, max: 4, preparedStatements: bouncer === undefined }));
     stores = dbs.map((db) => new KeyStore(db));
   });
   after(async () => {
-    await Promise.all(dbs.map((db) => db.close()));
+    await Promise.all((dbs ?? []).map((db) => db.close()));
+    await bouncer?.stop();
     await t.drop();
   });
 

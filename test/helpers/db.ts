@@ -6,6 +6,7 @@ import type { Db } from '../../src/store/db/port.js';
 import { migrate } from '../../src/store/migrate.js';
 import { migrations } from '../../src/store/migrations/index.js';
 import { sleep } from './wait.js';
+import { startPgBouncer } from './pgbouncer.js';
 
 // A fresh database per test file, cloned from a migrated template
 // (CREATE DATABASE … TEMPLATE), on the machine's real PostgreSQL.
@@ -127,9 +128,13 @@ export async function lockWaiters(url: string): Promise<number> {
   return r!.n;
 }
 
-export type Backend = 'postgres' | 'pglite';
+/**
+ * `pgbouncer`: the machine's PostgreSQL through a PgBouncer of the test's own
+ * in transaction mode, with unnamed statements (store.preparedStatements: false).
+ */
+export type Backend = 'postgres' | 'pglite' | 'pgbouncer';
 
-/** A migrated Db on either backend, for tests that must pass on both. */
+/** A migrated Db on any backend, for tests that must pass on each. */
 export async function openBackend(backend: Backend): Promise<{ db: Db; url: string | null; close(): Promise<void> }> {
   if (backend === 'pglite') {
     const db = await createPgliteDb(null);
@@ -137,12 +142,33 @@ export async function openBackend(backend: Backend): Promise<{ db: Db; url: stri
     return { db, url: null, close: () => db.close() };
   }
   const t = await createTestDatabase();
+  if (backend === 'pgbouncer') return throughPgBouncer(t);
   const db = createPgDb({ connectionString: t.url, max: 4 });
   return {
     db,
     url: t.url,
     close: async () => {
       await db.close();
+      await t.drop();
+    },
+  };
+}
+
+async function throughPgBouncer(t: TestDatabase): Promise<{ db: Db; url: string; close(): Promise<void> }> {
+  let bouncer;
+  try {
+    bouncer = await startPgBouncer(ADMIN_URL);
+  } catch (err) {
+    await t.drop();
+    throw err;
+  }
+  const db = createPgDb({ connectionString: bouncer.url(t.name), max: 4, preparedStatements: false });
+  return {
+    db,
+    url: t.url,
+    close: async () => {
+      await db.close();
+      await bouncer.stop();
       await t.drop();
     },
   };

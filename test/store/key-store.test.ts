@@ -38,7 +38,7 @@ const modes = [
   { label: 'batch statements only', singleRowStatements: false },
 ];
 
-for (const backend of ['postgres', 'pglite'] as Backend[]) for (const mode of modes) {
+for (const backend of ['postgres', 'pglite', 'pgbouncer'] as Backend[]) for (const mode of modes) {
   describe(`KeyStore on ${backend}, ${mode.label}`, () => {
     let db: Db;
     let close: () => Promise<void>;

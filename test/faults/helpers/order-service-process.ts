@@ -59,7 +59,7 @@ export async function startOrderService(databaseUrl: string): Promise<OrderServi
     poll(what, () => {
       if (proc.exitCode !== null) throw new Error(`order service exited (${proc.exitCode}): ${stderr}`);
       return events.find(match);
-    }, timeoutMs);
+    }, timeoutMs, 10);
   const ready = await waitFor((e) => e.event === 'listening', 'the order service to listen');
   const url = `http://127.0.0.1:${ready.port}`;
   const post = async (path: string, body: unknown): Promise<void> => {
