@@ -26,6 +26,7 @@ import { planReload } from './ops/reload-plan.js';
 import type { LifecycleDeps } from './lifecycle/deps.js';
 import { startKeyCensus } from './admin/census.js';
 import { KeyOperations } from './admin/keys.js';
+import type { StartedTracing } from './tracing/sdk.js';
 
 // The composition root: the one place that builds pools, cache, logger and
 // metrics and passes them in. No module reaches for a global.
@@ -104,9 +105,11 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     const budget = new MemoryBudget(config.limits.maxBufferedBytes);
     metrics.bufferedBytes.watch(() => budget.held);
     let live = { config, plans: new Plans(router, { cache: hasCache }) };
+    const tracing = await openTracing(config, logger);
+    if (tracing !== null) cleanups.push(() => tracing.shutdown());
     const deps: LifecycleDeps = {
       get plans() { return live.plans; },
-      store, cache, upstream, logger, metrics, waiters: new Waiters(), budget,
+      store, cache, upstream, logger, metrics, waiters: new Waiters(), budget, tracing: tracing?.tracing ?? null,
     };
     const handler = createHandler(deps);
     const sweeper = startSweeper(db, {
@@ -197,6 +200,16 @@ async function openCache(config: Config, opts: StartOptions, metrics: Metrics, l
   if (await cache.ready(1000)) logger.info(where, 'redis cache connected');
   else logger.warn(where, 'redis cache not reachable at start: serving from PostgreSQL until it is');
   return cache;
+}
+
+/** The OpenTelemetry SDK is imported only when tracing is on (docs/operations.md, Tracing). */
+async function openTracing(config: Config, logger: Logger): Promise<StartedTracing | null> {
+  if (!config.tracing.enabled) return null;
+  const { startTracing } = await import('./tracing/sdk.js');
+  const t = startTracing(config.tracing);
+  const endpoint = config.tracing.endpoint ?? process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT ?? null;
+  logger.info({ endpoint: endpoint === null ? null : maskUrl(endpoint) }, 'tracing on: exporting spans over OTLP/HTTP');
+  return t;
 }
 
 function warnTradeOffs(config: Config, logger: Logger): void {

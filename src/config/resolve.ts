@@ -3,7 +3,7 @@
 // REDIS_URL are used when the file does not set store.postgres / store.redis
 // or sets them to an empty value (e.g. an unset ${VAR}).
 
-import type { Config, LimitsConfig, StoreConfig, UpstreamConfig } from './types.js';
+import type { Config, LimitsConfig, StoreConfig, TracingConfig, UpstreamConfig } from './types.js';
 import type { Env } from './interpolate.js';
 import type { Issues, Path } from './issues.js';
 import { checkStoreUrl, parseHostPort, parseUpstreamUrl, type HostPort } from './addresses.js';
@@ -198,5 +198,26 @@ export function resolveConfig(tree: unknown, flags: ConfigFlags, env: Env, issue
     logLevel: resolveLogLevel(raw, flags, issues),
     shutdownTimeoutMs: duration(raw, 'shutdownTimeout', [], DEFAULTS.shutdownTimeoutMs, issues),
     routes: resolveRoutes(raw.defaults, raw.routes, issues),
+    tracing: resolveTracing(raw, env, issues),
+  };
+}
+
+// Tracing (docs/configuration.md): the YAML section, else the standard OTEL_* variables.
+function resolveTracing(raw: Raw, env: Env, issues: Issues): TracingConfig {
+  const section = isRecord(raw.tracing) ? raw.tracing : {};
+  let endpoint: string | null = null;
+  if (typeof section.endpoint === 'string') {
+    const url = URL.canParse(section.endpoint) ? new URL(section.endpoint) : null;
+    if (url !== null && (url.protocol === 'http:' || url.protocol === 'https:')) endpoint = section.endpoint;
+    else issues.add(['tracing', 'endpoint'], `must be an http:// or https:// URL (the OTLP/HTTP base, as OTEL_EXPORTER_OTLP_ENDPOINT); got ${JSON.stringify(section.endpoint)}`);
+  }
+  const fromEnv = given(env.OTEL_EXPORTER_OTLP_ENDPOINT) || given(env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT);
+  const disabledByEnv = env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true' || env.OTEL_TRACES_EXPORTER?.trim().toLowerCase() === 'none';
+  const enabled = typeof section.enabled === 'boolean' ? section.enabled : !disabledByEnv && (endpoint !== null || fromEnv);
+  return {
+    enabled,
+    endpoint,
+    serviceName: typeof section.serviceName === 'string' ? section.serviceName : null,
+    sampleRatio: typeof section.sampleRatio === 'number' ? section.sampleRatio : null,
   };
 }

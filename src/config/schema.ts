@@ -100,6 +100,13 @@ export function configSchema(): Schema {
       shutdownTimeout: duration,
       defaults: section(policyProperties()),
       routes: { type: ['array', 'null'], items: route },
+      // Tracing (docs/configuration.md, docs/operations.md): OpenTelemetry spans over OTLP/HTTP.
+      tracing: section({
+        enabled: { type: 'boolean' },
+        endpoint: { type: 'string', minLength: 1 },
+        serviceName: { type: 'string', minLength: 1 },
+        sampleRatio: { type: 'number', minimum: 0, maximum: 1 },
+      }),
     }),
     title: 'idempotency-proxy configuration',
   };

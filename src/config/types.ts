@@ -87,4 +87,17 @@ export interface Config {
   /** Graceful shutdown: how long in-flight requests get to finish and commit. */
   readonly shutdownTimeoutMs: number;
   readonly routes: readonly RoutePolicy[];
+  readonly tracing: TracingConfig;
+}
+
+// Tracing (docs/configuration.md, docs/operations.md).
+export interface TracingConfig {
+  /** tracing.enabled, or on when an OTLP endpoint is set (YAML or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT). */
+  readonly enabled: boolean;
+  /** The OTLP/HTTP traces URL (…/v1/traces); null: the OTEL_* variables or the SDK's default. */
+  readonly endpoint: string | null;
+  /** null: OTEL_SERVICE_NAME, else "idempotency-proxy". */
+  readonly serviceName: string | null;
+  /** Parent-based ratio sampler; null: OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on). */
+  readonly sampleRatio: number | null;
 }

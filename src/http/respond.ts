@@ -1,4 +1,5 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
+import { TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import { PROBLEM_CONTENT_TYPE, Problems, problemBody, type ProblemDef } from './problems.js';
 
@@ -77,13 +78,16 @@ const DESCRIBES_ORIGINAL_BODY: ReadonlySet<string> = new Set([
 export function respondReplay(res: ServerResponse, stored: StoredResponse, requestId: string): void {
   const flat: string[] = [];
   let body = stored.body;
+  // A reserved last header keeps the original execution's trace context (docs/operations.md, Tracing): never replayed.
+  const h = stored.headers;
+  const n = h.length > 0 && h[h.length - 1]![0] === TRACE_RECORD_HEADER ? h.length - 1 : h.length;
   if (stored.bodyRetained) {
-    for (const [name, value] of stored.headers) flat.push(name, value);
+    for (let i = 0; i < n; i++) flat.push(h[i]![0], h[i]![1]);
   } else {
     // The original body was over maxStoredResponseBytes: original status and
     // headers, with a small problem body in place of the original one.
-    for (const [name, value] of stored.headers) {
-      if (!DESCRIBES_ORIGINAL_BODY.has(name)) flat.push(name, value);
+    for (let i = 0; i < n; i++) {
+      if (!DESCRIBES_ORIGINAL_BODY.has(h[i]![0])) flat.push(h[i]![0], h[i]![1]);
     }
     flat.push('content-type', PROBLEM_CONTENT_TYPE);
     body = Buffer.from(JSON.stringify(problemBody(

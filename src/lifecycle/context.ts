@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Context, Span } from '@opentelemetry/api';
 import type { ErrorSource, UpstreamError } from '../errors.js';
 import type { Outcome } from '../metrics/metrics.js';
 import type { CompiledRoute } from '../policy/router.js';
@@ -52,6 +53,9 @@ export class RequestContext {
   detail: string | null = null;
   shadow: string | null = null;
   cache: 'hit' | 'miss' | null = null;
+  // tracing (src/tracing/spans.ts): null when tracing is off
+  span: Span | null = null;
+  spanContext: Context | null = null;
 
   constructor(readonly req: IncomingMessage, readonly res: ServerResponse) {
     const incoming = req.headers['x-request-id'];

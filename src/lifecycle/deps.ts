@@ -2,6 +2,7 @@ import type { Logger } from '../log/logger.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { Upstream } from '../proxy/upstream.js';
 import type { ReplayCache } from '../store/cache.js';
+import type { RequestTracing } from '../tracing/spans.js';
 import type { KeyStore } from '../store/key-store.js';
 import type { MemoryBudget } from './budget.js';
 import type { Plans } from './plan.js';
@@ -19,4 +20,6 @@ export interface LifecycleDeps {
   readonly waiters: Waiters;
   /** limits.maxBufferedBytes, shared by every request. */
   readonly budget: MemoryBudget;
+  /** Request spans (docs/operations.md, Tracing); null when tracing is off. */
+  readonly tracing: RequestTracing | null;
 }

@@ -20,7 +20,13 @@ import { NEXT, problem } from './verdict.js';
 const noop = (): void => {};
 
 export function createHandler(deps: LifecycleDeps): Handler {
-  const finish = createFinish(deps.metrics, deps.logger);
+  const tracing = deps.tracing;
+  const finished = createFinish(deps.metrics, deps.logger);
+  // With tracing off the finish is the plain one: the only cost is the branch at the start.
+  const finish = tracing === null ? finished : (ctx: RequestContext): void => {
+    finished(ctx);
+    if (ctx.span !== null) tracing.end(ctx);
+  };
   const passSink = passThroughSink(finish);
 
   const failed = (ctx: RequestContext, err: unknown): void => {
@@ -31,6 +37,7 @@ export function createHandler(deps: LifecycleDeps): Handler {
   return (req, res) => {
     res.on('error', noop);
     const ctx = new RequestContext(req, res);
+    if (tracing !== null) tracing.start(ctx);
     try {
       let v = framingPhase.run(deps, ctx);
       if (v === NEXT) {

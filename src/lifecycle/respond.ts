@@ -21,6 +21,7 @@ export function respond(deps: LifecycleDeps, ctx: RequestContext, v: Verdict): P
     case 'replay':
       ctx.outcome = 'replayed';
       ctx.status = v.response.status;
+      if (ctx.span !== null) deps.tracing!.linkReplay(ctx, v.response);
       respondReplay(res, v.response, ctx.requestId);
       // Served from PostgreSQL (the cache missed): put the record back.
       if (v.ttlLeftMs !== undefined) deps.cache?.refill(ctx.tenantId, ctx.key!, ctx.fingerprint, v.response, v.ttlLeftMs);

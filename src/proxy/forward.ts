@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { upstreamRequestHeaders } from './headers.js';
+import { upstreamRequestHeaders, withoutTraceContext } from './headers.js';
 import type { Upstream } from './upstream.js';
 
 // What goes upstream: the request headers (headers.ts rules) from what the
@@ -15,7 +15,11 @@ export function forwardHeaders(req: IncomingMessage, body: Buffer | IncomingMess
     proto: (socket as { encrypted?: boolean }).encrypted ? 'https' : 'http',
     host: req.headers.host,
   }, Buffer.isBuffer(body));
-  if (extra !== null) for (const h of extra) headers.push(h);
+  if (extra !== null) {
+    // The proxy's own trace context (docs/operations.md, Tracing) replaces the client's.
+    for (let i = 0; i < extra.length; i += 2) if (extra[i] === 'traceparent') return withoutTraceContext(headers).concat(extra);
+    for (const h of extra) headers.push(h);
+  }
   return headers;
 }
 

@@ -22,6 +22,13 @@ export const PER_REQUEST_IDS: ReadonlySet<string> = new Set([
  */
 export const CLAIM_HEADER = 'idempotency-claim';
 
+/**
+ * The reserved header a traced execution's record keeps last, holding that
+ * execution's traceparent so its replays' spans link to it (docs/operations.md,
+ * Tracing). Written by the proxy's commit, never replayed to a client.
+ */
+export const TRACE_RECORD_HEADER = 'idempotency-proxy-trace';
+
 /** Never stored: framing headers are recomputed on replay, Date is per response. */
 export const NEVER_STORED: ReadonlySet<string> = new Set(['content-length', 'date', 'set-cookie', 'idempotent-replayed']);
 
@@ -111,6 +118,16 @@ export function upstreamRequestHeaders(raw: readonly string[], headers: Incoming
   out.push('x-forwarded-proto', (headers['x-forwarded-proto'] as string | undefined) ?? info.proto);
   const host = (headers['x-forwarded-host'] as string | undefined) ?? info.host;
   if (host !== undefined) out.push('x-forwarded-host', host);
+  return out;
+}
+
+/** The headers without traceparent/tracestate, when the proxy sends its own span as the parent. */
+export function withoutTraceContext(headers: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < headers.length; i += 2) {
+    const lower = headers[i]!.toLowerCase();
+    if (lower !== 'traceparent' && lower !== 'tracestate') out.push(headers[i]!, headers[i + 1]!);
+  }
   return out;
 }
 

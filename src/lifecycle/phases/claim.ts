@@ -4,6 +4,7 @@ import { Problems } from '../../http/problems.js';
 import type { ClaimOutcome, ClaimRequest } from '../../store/records.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
+import { endChild } from '../../tracing/spans.js';
 import { KeyHold } from '../hold.js';
 import { waiterId } from '../waiters.js';
 import { NEXT, problem, type Phase, type ProblemVerdict, type Verdict } from '../verdict.js';
@@ -33,16 +34,22 @@ export const claimPhase: Phase = {
     };
     ctx.claim = req;
     const t0 = performance.now();
+    const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'claim');
     let outcome: ClaimOutcome;
     try {
       outcome = await deps.store.claim(req);
     } catch (err) {
+      if (span !== null) endChild(span, err);
       ctx.storeMs += performance.now() - t0;
       deps.metrics.storeErrors.inc({ op: 'claim' });
       if (!(err instanceof StoreUnavailableError)) throw err;
       return plan.strategy.storeDown(ctx, err);
     }
     const ms = performance.now() - t0;
+    if (span !== null) {
+      span.setAttribute('idempotency.claim', outcome.kind);
+      endChild(span);
+    }
     ctx.storeMs += ms;
     deps.metrics.storeDuration.labels('claim').observe(ms / 1000);
     if (outcome.kind === 'in_flight' && policy.onInFlight === 'wait' && plan.strategy.waits) {

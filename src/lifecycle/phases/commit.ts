@@ -2,6 +2,7 @@ import { StoreUnavailableError, type UpstreamError } from '../../errors.js';
 import { Problems, problemRecord, upstreamProblem } from '../../http/problems.js';
 import type { Recording } from '../../proxy/record-handler.js';
 import type { StoredResponse } from '../../store/records.js';
+import { endChild } from '../../tracing/spans.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
 import { DONE, problem, type Phase, type Verdict } from '../verdict.js';
@@ -86,15 +87,20 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
   const claim = ctx.claim!;
   const t0 = performance.now();
   const giveUpAt = t0 + Math.max(claim.leaseMs, COMMIT_PATIENCE_MIN_MS);
+  // Traced: the record keeps this execution's trace context, for its replays' links.
+  const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'commit');
+  const stored = span === null ? rec : deps.tracing!.withTrace(ctx, rec);
   let outcome;
   for (let i = 0; ; i++) {
     try {
-      outcome = await deps.store.commit({ tenantId: claim.tenantId, key: claim.key, ownerToken: claim.ownerToken, response: rec });
+      outcome = await deps.store.commit({ tenantId: claim.tenantId, key: claim.key, ownerToken: claim.ownerToken, response: stored });
+      if (span !== null) endChild(span);
       break;
     } catch (err) {
       deps.metrics.storeErrors.inc({ op: 'commit' });
       const outage = err instanceof StoreUnavailableError;
       if (!outage || performance.now() >= giveUpAt) {
+        if (span !== null) endChild(span, err);
         ctx.storeMs += performance.now() - t0;
         ctx.source = outage ? 'store' : 'internal';
         deps.logger.error({ requestId: ctx.requestId, err: (err as Error).message }, 'commit failed; the client gets no complete response');
@@ -115,7 +121,7 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
   // kept: the upstream settled the row in its own transaction (docs/co-commit.md); that record
   // stands, and the next replay from PostgreSQL puts it into the cache, never the proxy's copy.
   if (outcome.kept === true) deps.cache?.forget(claim.tenantId, claim.key);
-  else deps.cache?.rememberComplete(claim.tenantId, claim.key, ctx.fingerprint, rec, outcome.ttlLeftMs);
+  else deps.cache?.rememberComplete(claim.tenantId, claim.key, ctx.fingerprint, stored, outcome.ttlLeftMs);
   // A stored problem (502/504) has not been answered yet: it is answered as recorded.
   if (last === null && !ctx.res.headersSent) return { kind: 'record', response: rec };
   return { kind: 'end', last };
@@ -126,10 +132,13 @@ export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise
   const claim = ctx.claim!;
   ctx.released = true;
   const t0 = performance.now();
+  const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'release');
   try {
     await deps.store.release(claim.tenantId, claim.key, claim.ownerToken);
+    if (span !== null) endChild(span);
     deps.cache?.forget(claim.tenantId, claim.key);
   } catch (err) {
+    if (span !== null) endChild(span, err);
     deps.metrics.storeErrors.inc({ op: 'release' });
     deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release failed; key stays claimed until its lease ends');
   } finally {

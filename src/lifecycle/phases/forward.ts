@@ -1,4 +1,6 @@
+import type { Span } from '@opentelemetry/api';
 import type { UpstreamError } from '../../errors.js';
+import { endChild } from '../../tracing/spans.js';
 import { CLAIM_HEADER } from '../../proxy/headers.js';
 import { recordUpstream, type Recorder, type Recording } from '../../proxy/record-handler.js';
 import { claimToken } from '../../store/claim-token.js';
@@ -20,12 +22,20 @@ export const forwardPhase: Phase = {
   run: (deps, ctx) => new Promise<Verdict>((resolve, reject) => {
     const policy = ctx.plan!.policy;
     const claim = ctx.claim!;
-    recordUpstream(deps.upstream, ctx.req, ctx.body, ctx.res, new Forwarding(deps, ctx, resolve, reject), {
+    // The row and owner token, for an upstream that settles the key in its own transaction (docs/co-commit.md).
+    const extraHeaders = [CLAIM_HEADER, claimToken(claim.tenantId, claim.key, claim.ownerToken)];
+    let span: Span | null = null;
+    if (ctx.span !== null) {
+      // The upstream call's span is the parent the upstream sees (docs/operations.md, Tracing).
+      span = deps.tracing!.child(ctx, 'upstream');
+      span.setAttribute('http.request.method', ctx.method);
+      for (const h of deps.tracing!.headers(ctx, span)) extraHeaders.push(h);
+    }
+    recordUpstream(deps.upstream, ctx.req, ctx.body, ctx.res, new Forwarding(deps, ctx, resolve, reject, span), {
       limit: policy.maxStoredResponseBytes,
       timeoutMs: deps.upstream.timeoutMs,
       budget: deps.budget,
-      // The row and owner token, for an upstream that settles the key in its own transaction (docs/co-commit.md).
-      extraHeaders: [CLAIM_HEADER, claimToken(claim.tenantId, claim.key, claim.ownerToken)],
+      extraHeaders,
     });
   }),
 };
@@ -38,6 +48,7 @@ class Forwarding implements Recorder {
     private readonly ctx: RequestContext,
     private readonly resolve: (v: Verdict) => void,
     private readonly reject: (err: unknown) => void,
+    private readonly span: Span | null,
   ) {}
 
   head(recording: Recording, statusCode: number): boolean {
@@ -59,6 +70,10 @@ class Forwarding implements Recorder {
     ctx.upstreamMs = performance.now() - this.t0;
     ctx.exchange = recording;
     ctx.upstreamError = error;
+    if (this.span !== null) {
+      if (recording.statusCode !== 0) this.span.setAttribute('http.response.status_code', recording.statusCode);
+      endChild(this.span, error ?? undefined);
+    }
     this.resolve(NEXT);
   }
 }

@@ -1,0 +1,95 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import {
+  ROOT_CONTEXT, SpanKind, SpanStatusCode, trace,
+  type Context, type Span, type SpanContext, type TextMapGetter, type TextMapPropagator, type Tracer,
+} from '@opentelemetry/api';
+import { keyHash } from '../log/logger.js';
+import { TRACE_RECORD_HEADER } from '../proxy/headers.js';
+import type { StoredResponse } from '../store/records.js';
+import type { RequestContext } from '../lifecycle/context.js';
+
+// The request's spans (docs/operations.md, Tracing). Only @opentelemetry/api
+// is imported here; the SDK behind `tracer` is loaded by src/tracing/sdk.ts,
+// and only when tracing is on. With tracing off the lifecycle holds no
+// RequestTracing and every span site is one null check.
+
+
+const headerGetter: TextMapGetter<IncomingHttpHeaders> = {
+  keys: (carrier) => Object.keys(carrier),
+  get: (carrier, key) => carrier[key],
+};
+
+type Carrier = Record<string, string>;
+const carrierSetter = { set: (carrier: Carrier, key: string, value: string): void => { carrier[key] = value; } };
+const carrierGetter: TextMapGetter<Carrier> = { keys: (c) => Object.keys(c), get: (c, k) => c[k] };
+
+export class RequestTracing {
+  constructor(private readonly tracer: Tracer, private readonly propagator: TextMapPropagator) {}
+
+  /** The server span of a request, a child of the client's traceparent/tracestate when it sent them. */
+  start(ctx: RequestContext): void {
+    const parent = this.propagator.extract(ROOT_CONTEXT, ctx.req.headers, headerGetter);
+    const span = this.tracer.startSpan(ctx.method, { kind: SpanKind.SERVER, attributes: { 'http.request.method': ctx.method, 'url.path': ctx.path } }, parent);
+    ctx.span = span;
+    ctx.spanContext = trace.setSpan(parent, span);
+  }
+
+  /** A child of the request's span: a store round trip (claim, commit, release) or the upstream call. */
+  child(ctx: RequestContext, name: string, kind: SpanKind = SpanKind.CLIENT): Span {
+    return this.tracer.startSpan(name, { kind }, ctx.spanContext as Context);
+  }
+
+  /** traceparent (and tracestate) naming `span` as the parent: [name, value, …]. */
+  headers(ctx: RequestContext, span: Span): string[] {
+    const carrier: Carrier = {};
+    this.propagator.inject(trace.setSpan(ctx.spanContext as Context, span), carrier, carrierSetter);
+    const out: string[] = [];
+    for (const name in carrier) out.push(name, carrier[name]!);
+    return out;
+  }
+
+  /** The record to store, with the traceparent of this execution's span as a reserved last header. */
+  withTrace(ctx: RequestContext, rec: StoredResponse): StoredResponse {
+    const c = ctx.span!.spanContext();
+    const tp = `00-${c.traceId}-${c.spanId}-0${c.traceFlags & 1}`;
+    return { ...rec, headers: [...rec.headers, [TRACE_RECORD_HEADER, tp]] };
+  }
+
+  /** A replay's span links to the span of the execution it replays, when the record kept one. */
+  linkReplay(ctx: RequestContext, rec: StoredResponse): void {
+    const original = storedTraceContext(this.propagator, rec);
+    if (original !== null) ctx.span!.addLink({ context: original, attributes: { 'idempotency.link': 'replay_of' } });
+  }
+
+  /** Ends the server span with what the request's log line says: route, outcome, phase, hashed key, replayed. */
+  end(ctx: RequestContext): void {
+    const span = ctx.span!;
+    const route = ctx.route?.name ?? '(none)';
+    span.updateName(`${ctx.method} ${route}`);
+    span.setAttribute('idempotency.route', route);
+    span.setAttribute('idempotency.outcome', ctx.outcome);
+    span.setAttribute('idempotency.phase', ctx.phase);
+    span.setAttribute('idempotency.replayed', ctx.outcome === 'replayed');
+    if (ctx.key !== null) span.setAttribute('idempotency.key_hash', keyHash(ctx.tenantId, ctx.key));
+    if (ctx.status !== 0) span.setAttribute('http.response.status_code', ctx.status);
+    if (ctx.source !== null) {
+      span.setAttribute('error.source', ctx.source);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: ctx.detail ?? ctx.outcome });
+    }
+    span.end();
+  }
+}
+
+/** Ends a child span; a failure marks it. */
+export function endChild(span: Span, err?: unknown): void {
+  if (err !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message ?? String(err) });
+  span.end();
+}
+
+function storedTraceContext(propagator: TextMapPropagator, rec: StoredResponse): SpanContext | null {
+  const h = rec.headers;
+  const last = h.length === 0 ? undefined : h[h.length - 1]!;
+  if (last === undefined || last[0] !== TRACE_RECORD_HEADER) return null;
+  const c = trace.getSpanContext(propagator.extract(ROOT_CONTEXT, { traceparent: last[1] }, carrierGetter));
+  return c !== undefined && trace.isSpanContextValid(c) ? c : null;
+}
