@@ -106,7 +106,10 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     metrics.bufferedBytes.watch(() => budget.held);
     let live = { config, plans: new Plans(router, { cache: hasCache }) };
     const tracing = await openTracing(config, logger);
-    if (tracing !== null) cleanups.push(() => tracing.shutdown());
+    if (tracing !== null) {
+      // An unreachable collector loses the last spans, never the shutdown.
+      cleanups.push(() => tracing.shutdown().catch((e: unknown) => logger.warn({ err: (e as Error).message }, 'tracing: the last spans could not be exported')));
+    }
     const deps: LifecycleDeps = {
       get plans() { return live.plans; },
       store, cache, upstream, logger, metrics, waiters: new Waiters(), budget, tracing: tracing?.tracing ?? null,

@@ -1,0 +1,186 @@
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { send } from '../helpers/http.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
+
+// docs/operations.md, Tracing: the real OpenTelemetry SDK exports OTLP/HTTP
+// (JSON) to a receiver this test runs; what arrives is decoded and checked.
+
+interface OtlpSpan {
+  traceId: string; spanId: string; parentSpanId?: string; name: string; kind: number;
+  startTimeUnixNano: string | number; endTimeUnixNano: string | number;
+  attributes?: Array<{ key: string; value: Record<string, unknown> }>;
+  links?: Array<{ traceId: string; spanId: string }>;
+}
+
+interface Receiver { url: string; spans: OtlpSpan[]; contentTypes: string[]; close(): Promise<void> }
+
+async function startReceiver(): Promise<Receiver> {
+  const spans: OtlpSpan[] = [];
+  const contentTypes: string[] = [];
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      contentTypes.push(`${req.method} ${req.url} ${req.headers['content-type']}`);
+      const body = JSON.parse(Buffer.concat(chunks).toString()) as { resourceSpans: Array<{ scopeSpans: Array<{ spans: OtlpSpan[] }> }> };
+      for (const rs of body.resourceSpans) for (const ss of rs.scopeSpans) spans.push(...ss.spans);
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as AddressInfo;
+  return { url: `http://127.0.0.1:${port}`, spans, contentTypes, close: () => new Promise((r) => server.close(() => r())) };
+}
+
+const attr = (s: OtlpSpan, key: string): unknown => {
+  const v = s.attributes?.find((a) => a.key === key)?.value;
+  return v === undefined ? undefined : Object.values(v)[0];
+};
+const durationNs = (s: OtlpSpan): bigint => BigInt(s.endTimeUnixNano) - BigInt(s.startTimeUnixNano);
+
+const CLIENT_TRACE = '0af7651916cd43dd8448eb211c80319c';
+const CLIENT_SPAN = 'b7ad6b7169203331';
+
+describe('tracing on: spans exported over OTLP/HTTP', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let receiver: Receiver;
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startUpstream(jsonResponder(201, 20));
+    receiver = await startReceiver();
+  });
+  after(async () => {
+    await upstream.close();
+    await receiver.close();
+    await db.drop();
+  });
+
+  test('a request and its replay: server, claim, upstream and commit spans; the replay links to the execution', async () => {
+    const proxy = await startTestProxy({
+      upstream: upstream.url, databaseUrl: db.url,
+      yaml: `tracing: { endpoint: ${JSON.stringify(receiver.url)}, serviceName: proxy-under-test }\n`,
+    });
+    const key = `trace-${Date.now()}`;
+    const headers = { 'idempotency-key': key, 'content-type': 'application/json', traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`, tracestate: 'vendor=abc' };
+    let first;
+    let second;
+    try {
+      first = await send(`${proxy.url}/orders`, { headers, body: '{"amount":1}' });
+      second = await send(`${proxy.url}/orders`, { headers: { ...headers, traceparent: '00-11111111111111111111111111111111-2222222222222222-01' }, body: '{"amount":1}' });
+    } finally {
+      await proxy.close(); // flushes the batch processor
+    }
+    assert.equal(first.status, 201);
+    assert.equal(second.status, 201);
+    assert.equal(second.headers['idempotent-replayed'], 'true');
+    assert.equal(second.headers['idempotency-proxy-trace'], undefined, 'the stored trace context is never replayed');
+    assert.ok(receiver.contentTypes.every((c) => c.startsWith('POST /v1/traces application/json')), receiver.contentTypes.join('; '));
+
+    const servers = receiver.spans.filter((s) => s.kind === 2);
+    assert.equal(servers.length, 2, `one server span per request: ${receiver.spans.map((s) => s.name).join(', ')}`);
+    const exec = servers.find((s) => s.traceId === CLIENT_TRACE)!;
+    assert.ok(exec, 'the first request continues the client trace');
+    assert.equal(exec.parentSpanId, CLIENT_SPAN, "the server span's parent is the client's span");
+    assert.equal(attr(exec, 'idempotency.route'), 'default');
+    assert.equal(attr(exec, 'idempotency.outcome'), 'executed');
+    assert.equal(attr(exec, 'idempotency.replayed'), false);
+    assert.match(String(attr(exec, 'idempotency.key_hash')), /^[0-9a-f]{12}$/);
+    assert.notEqual(attr(exec, 'idempotency.key_hash'), key);
+
+    const children = receiver.spans.filter((s) => s.traceId === CLIENT_TRACE && s.parentSpanId === exec.spanId);
+    const byName = new Map(children.map((s) => [s.name, s]));
+    for (const name of ['claim', 'upstream', 'commit']) {
+      const s = byName.get(name);
+      assert.ok(s, `a ${name} span under the server span (got ${[...byName.keys()].join(', ')})`);
+      assert.ok(durationNs(s) > 0n, `${name} has a duration`);
+    }
+    assert.ok(durationNs(byName.get('upstream')!) >= 15_000_000n, 'the upstream span covers the upstream delay (20 ms)');
+
+    // What the upstream received: the proxy's upstream span as parent, the client's tracestate, one traceparent.
+    const got = upstream.received.find((r) => r.headers['idempotency-key'] === key)!;
+    const lines = got.rawHeaders.filter((_, i) => i % 2 === 0 && got.rawHeaders[i]!.toLowerCase() === 'traceparent');
+    assert.equal(lines.length, 1, 'one traceparent upstream: the client one is replaced');
+    assert.equal(got.headers.traceparent, `00-${CLIENT_TRACE}-${byName.get('upstream')!.spanId}-01`);
+    assert.equal(got.headers.tracestate, 'vendor=abc');
+
+    const replay = servers.find((s) => s.traceId === '11111111111111111111111111111111')!;
+    assert.ok(replay, 'the replay continues its own client trace');
+    assert.equal(attr(replay, 'idempotency.outcome'), 'replayed');
+    assert.equal(attr(replay, 'idempotency.replayed'), true);
+    assert.deepEqual(replay.links?.map((l) => [l.traceId, l.spanId]), [[CLIENT_TRACE, exec.spanId]], 'the replay links to the execution it replays');
+    assert.equal(upstream.executions(), 1);
+  });
+});
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const APP = path.resolve(here, '../../src/app.js');
+const LOAD = path.resolve(here, '../../src/config/load.js');
+
+/** Starts the proxy in a fresh process and reports which @opentelemetry modules it loaded. */
+async function loadedModules(upstreamUrl: string, dbUrl: string, yaml: string): Promise<string[]> {
+  const script = `
+    import { createRequire } from 'node:module';
+    const { startProxy } = await import(${JSON.stringify(APP)});
+    const { loadConfig } = await import(${JSON.stringify(LOAD)});
+    const { createLogger } = await import(${JSON.stringify(path.resolve(here, '../../src/log/logger.js'))});
+    const config = loadConfig({ text: ${JSON.stringify(yaml)}, flags: { upstream: ${JSON.stringify(upstreamUrl)}, listen: '127.0.0.1:0', admin: false, databaseUrl: ${JSON.stringify(dbUrl)} }, env: {} });
+    const proxy = await startProxy(config, { logger: createLogger('silent') });
+    await fetch(proxy.url + '/orders', { method: 'POST', headers: { 'idempotency-key': 'k-' + Date.now(), 'content-type': 'application/json' }, body: '{}' });
+    const cache = createRequire(import.meta.url).cache;
+    const loaded = Object.keys(cache).filter((k) => k.includes('@opentelemetry')).map((k) => k.split('@opentelemetry/')[1].split('/')[0]);
+    await proxy.close();
+    process.stdout.write(JSON.stringify([...new Set(loaded)].sort()));
+  `;
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '' } });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (c: Buffer) => { out += c.toString(); });
+  child.stderr.on('data', (c: Buffer) => { err += c.toString(); });
+  const [code] = await once(child, 'exit');
+  assert.equal(code, 0, err);
+  return JSON.parse(out) as string[];
+}
+
+describe('tracing off: no SDK, no exporter', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startUpstream();
+  });
+  after(async () => {
+    await upstream.close();
+    await db.drop();
+  });
+
+  test('an unreachable collector does not fail the shutdown', async () => {
+    const proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: 'tracing: { endpoint: "http://127.0.0.1:9" }\n' });
+    const r = await send(`${proxy.url}/orders`, { headers: { 'idempotency-key': `down-${Date.now()}`, 'content-type': 'application/json' }, body: '{}' });
+    assert.equal(r.status, 201);
+    await proxy.close();
+  });
+
+  test('off: only the API is loaded; on: the SDK and the OTLP exporter are', async () => {
+    const off = await loadedModules(upstream.url, db.url, '');
+    assert.deepEqual(off.filter((m) => m !== 'api'), [], `modules loaded with tracing off: ${off.join(', ')}`);
+    const receiver = await startReceiver();
+    let on: string[];
+    try {
+      on = await loadedModules(upstream.url, db.url, `tracing: { endpoint: ${JSON.stringify(receiver.url)} }\n`);
+    } finally {
+      await receiver.close();
+    }
+    assert.ok(on.includes('sdk-trace-base') && on.includes('exporter-trace-otlp-http'), `modules loaded with tracing on: ${on.join(', ')}`);
+  });
+});
