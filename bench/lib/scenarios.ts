@@ -2,7 +2,7 @@
 // and the targets (bench/README.md) they are judged against.
 import type { KeyPlan } from './types.js';
 
-export type ServerId = 'upstream' | 'baseline' | 'proxy-pg' | 'proxy-redis' | 'proxy-embedded';
+export type ServerId = 'upstream' | 'otlp-sink' | 'baseline' | 'proxy-pg' | 'proxy-pg-traced' | 'proxy-redis' | 'proxy-embedded';
 
 export type Goal =
   | { readonly kind: 'ratio-min'; readonly value: number } // req/s ≥ value × baseline (same run)
@@ -48,6 +48,17 @@ export const SCENARIOS: readonly Scenario[] = [
     connections: 50,
     keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
     goal: { kind: 'ratio-min', value: 0.5 },
+  },
+  // Tracing on (every request sampled, spans exported over OTLP/HTTP to a sink on the server CPU): against newkey and replay-pg.
+  { id: 'newkey-traced', title: 'proxy, new key per request, tracing on', server: 'proxy-pg-traced', path: '/bench/newkey', connections: 50, keys: unique, goal: null },
+  {
+    id: 'replay-pg-traced',
+    title: 'proxy, replay from PostgreSQL, tracing on',
+    server: 'proxy-pg-traced',
+    path: '/bench/replay',
+    connections: 50,
+    keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
+    goal: null,
   },
   {
     id: 'replay-redis',
@@ -97,6 +108,7 @@ export type Extra = (typeof EXTRAS)[number];
 export const ALIASES: Readonly<Record<string, readonly string[]>> = {
   latency: ['baseline-1c', 'direct-1c', 'newkey-1c', 'replay-pg-1c', 'replay-redis-1c'],
   throughput: ['baseline', 'direct', 'pass', 'newkey', 'replay-pg', 'replay-redis', 'storm', 'embedded', 'pair'],
+  tracing: ['baseline', 'newkey', 'newkey-traced', 'replay-pg', 'replay-pg-traced'],
 };
 
 export function allNames(): string[] {

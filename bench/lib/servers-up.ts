@@ -32,7 +32,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
   let databaseUrl: string | null = null;
   let dbError: string | null = null;
   let commitProbe: Fleet['commitProbe'] = null;
-  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-redis') || plan.rss || plan.pair) {
+  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-pg-traced') || plan.servers.has('proxy-redis') || plan.rss || plan.pair) {
     try {
       databaseUrl = await recreateDatabase(ctx.opts.adminUrl, ctx.opts.dbName);
       ctx.log(`database ${ctx.opts.dbName} created fresh`);
@@ -44,8 +44,21 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
     commitProbe = await commitLatency(databaseUrl, 200).catch(() => null);
     if (commitProbe !== null) ctx.log(`durable single-row commit at 1 client: p50 ${commitProbe.p50} ms, p99 ${commitProbe.p99} ms`);
   }
+  // The traced proxy exports to a sink of its own (our upstream server answers 200 to any POST), on the server CPU.
+  let otel: NodeJS.ProcessEnv | undefined;
+  if (plan.servers.has('proxy-pg-traced')) {
+    const sink = await startUpstream(ctx, 'otlp-sink');
+    servers.set('otlp-sink', sink);
+    otel = {
+      OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_SERVICE_NAME: 'idempotency-proxy-bench', OTEL_TRACES_SAMPLER: 'always_on',
+      // Queue and batches large enough that no span is dropped at the benchmark's rate.
+      OTEL_BSP_MAX_QUEUE_SIZE: '200000', OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '8192', OTEL_BSP_SCHEDULE_DELAY: '500',
+    };
+    ctx.log(`otlp sink ${sink.url} (pid ${sink.pid})`);
+  }
   const proxies: [ServerId, string | null, string | null][] = [
     ['proxy-pg', databaseUrl, null],
+    ['proxy-pg-traced', databaseUrl, null],
     ['proxy-redis', databaseUrl, ctx.opts.redisUrl],
     ['proxy-embedded', null, null],
   ];
@@ -57,7 +70,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
     }
     try {
       const started = Date.now();
-      const p = await startProxy(ctx, { name: id, upstream: upstream.url, databaseUrl: db, redisUrl: redis });
+      const p = await startProxy(ctx, { name: id, upstream: upstream.url, databaseUrl: db, redisUrl: redis, ...(id === 'proxy-pg-traced' ? { env: otel } : {}) });
       servers.set(id, p);
       ctx.log(`${id} ${p.url} (pid ${p.pid}, ready in ${((Date.now() - started) / 1000).toFixed(1)} s)`);
     } catch (err) {

@@ -71,6 +71,8 @@ export interface ProxyOptions {
   readonly upstream: string;
   readonly databaseUrl: string | null; // null: embedded store (bench/proxy-embedded.yaml)
   readonly redisUrl: string | null;
+  /** Extra environment (the traced proxy's OTEL_* variables). */
+  readonly env?: NodeJS.ProcessEnv;
 }
 
 export function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHandle> {
@@ -78,7 +80,7 @@ export function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHa
   const args = ['serve', '--config', config, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'];
   if (p.databaseUrl !== null) args.push('--database-url', p.databaseUrl);
   if (p.redisUrl !== null) args.push('--redis-url', p.redisUrl);
-  const env: NodeJS.ProcessEnv = { ...process.env, BENCH_UPSTREAM_URL: p.upstream };
+  const env: NodeJS.ProcessEnv = { ...process.env, ...p.env, BENCH_UPSTREAM_URL: p.upstream };
   delete env['DATABASE_URL']; // flags and the YAML decide, not the caller's shell
   delete env['REDIS_URL'];
   if (p.databaseUrl === null) env['BENCH_DATA_DIR'] = mkdtempSync(join(ctx.tmp, `${p.name}-data-`));

@@ -41,7 +41,8 @@ export function compileStoredHeaders(add: readonly string[], drop: readonly stri
   const added = new Set(add);
   const dropped = new Set(drop);
   return (name) => {
-    if (HOP_BY_HOP.has(name) || name === 'content-length') return false;
+    // The reserved trace header is the proxy's own: an upstream's header of that name is never stored.
+    if (HOP_BY_HOP.has(name) || name === 'content-length' || name === TRACE_RECORD_HEADER) return false;
     if (dropped.has(name)) return false;
     if (added.has(name)) return true;
     return !NEVER_STORED.has(name) && !PER_REQUEST_IDS.has(name);
