@@ -5,6 +5,7 @@ import { listen, type Listener, type ServerTimeouts } from './http/server.js';
 import { createHandler } from './lifecycle/handler.js';
 import { Plans } from './lifecycle/plan.js';
 import { Waiters } from './lifecycle/waiters.js';
+import { StoreHealth } from './lifecycle/estimate.js';
 import { createLogger, type Logger } from './log/logger.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
 import { Router } from './policy/router.js';
@@ -95,7 +96,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     let live = { config, plans: new Plans(router, { cache: hasCache }) };
     const deps: LifecycleDeps = {
       get plans() { return live.plans; },
-      store, cache, upstream, logger, metrics, waiters: new Waiters(),
+      store, cache, upstream, logger, metrics, waiters: new Waiters(), storeHealth: new StoreHealth(),
     };
     const handler = createHandler(deps);
     const sweeper = startSweeper(db, {

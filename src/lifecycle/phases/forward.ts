@@ -51,6 +51,8 @@ class Forwarding implements Recorder {
     // The upstream exchange ends when its body does: the commit after it is store time.
     const ctx = this.ctx;
     ctx.upstreamMs = performance.now() - this.t0;
+    // A recorded exchange that ran to its end teaches the route's 409 Retry-After.
+    if (error === null && !ctx.released) ctx.plan!.durations.observe(ctx.upstreamMs);
     ctx.exchange = recording;
     ctx.upstreamError = error;
     this.resolve(NEXT);
