@@ -4,7 +4,7 @@
 // concern a single field are made here; checks across fields after merging.
 
 import { METHODS } from 'node:http';
-import type { KeySource, Mode, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, TenantSource } from './types.js';
+import type { KeySource, Mode, ReleaseOn, StatusClass, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, TenantSource } from './types.js';
 import type { Issues, Path } from './issues.js';
 import { parseDuration, parseSize } from './units.js';
 
@@ -20,7 +20,7 @@ export interface PolicyLayer {
   maxStoredResponseBytes?: number;
   tenant?: TenantSource;
   fingerprint: { headers?: string[]; query?: boolean; json?: 'raw' | 'canonical'; exclude?: string[] };
-  releaseOn?: number[];
+  releaseOn?: ReleaseOn[];
   mode?: Mode;
   mismatchStatus?: 400 | 422;
   onInFlight?: OnInFlight;
@@ -149,6 +149,19 @@ function readPositiveDuration(raw: Raw, field: string, base: Path, issues: Issue
   return ms;
 }
 
+/** Statuses as numbers, classes lower-cased (`5XX` → `5xx`); the schema has checked each entry. */
+function readReleaseOn(value: unknown): ReleaseOn[] | undefined {
+  if (!Array.isArray(value)) return undefined;
+  const out: ReleaseOn[] = [];
+  for (const v of value) {
+    if (Number.isInteger(v)) out.push(v as number);
+    else if (typeof v === 'string' && /^[1-5][0-9]{2}$/.test(v)) out.push(Number(v));
+    else if (typeof v === 'string' && /^[1-5]xx$/i.test(v)) out.push(v.toLowerCase() as StatusClass);
+    else return undefined;
+  }
+  return unique(out);
+}
+
 /** Reads one policy layer; `raw` may still contain values the schema rejected. */
 export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): PolicyLayer {
   const r: Raw = isRecord(raw) ? raw : {};
@@ -167,7 +180,7 @@ export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): Polic
     maxStoredResponseBytes: readSize(r, 'maxStoredResponseBytes', base, issues),
     tenant: readTenant(r, base, issues),
     fingerprint: readFingerprint(r, base, issues),
-    releaseOn: Array.isArray(r.releaseOn) && r.releaseOn.every(Number.isInteger) ? (r.releaseOn as number[]) : undefined,
+    releaseOn: readReleaseOn(r.releaseOn),
     mode: oneOf(r.mode, ['enforce', 'shadow', 'passthrough'] as const),
     mismatchStatus: oneOf(r.mismatchStatus, [400, 422] as const),
     onInFlight: oneOf(r.onInFlight, ['conflict', 'wait'] as const),

@@ -7,6 +7,9 @@ export type OnInFlight = 'conflict' | 'wait';
 export type OnUnknownOutcome = 'store' | 'release';
 export type OnExpiredLease = 'reexecute' | 'fail';
 export type OnStoreError = 'fail' | 'passthrough';
+/** A releaseOn entry: one status, or a class of them (`5xx`: 500–599). */
+export type StatusClass = '1xx' | '2xx' | '3xx' | '4xx' | '5xx';
+export type ReleaseOn = number | StatusClass;
 
 export type KeySource =
   | { readonly kind: 'header'; readonly header: string } // the default: keyHeader
@@ -40,7 +43,7 @@ export interface RoutePolicy {
   readonly maxStoredResponseBytes: number;
   readonly tenant: TenantSource;
   readonly fingerprint: FingerprintPolicy;
-  readonly releaseOn: readonly number[];
+  readonly releaseOn: readonly ReleaseOn[];
   readonly mode: Mode;
   readonly mismatchStatus: 400 | 422;
   readonly onInFlight: OnInFlight;

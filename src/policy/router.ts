@@ -1,5 +1,5 @@
 import picomatch from 'picomatch';
-import type { Config, RoutePolicy } from '../config/types.js';
+import type { Config, ReleaseOn, RoutePolicy } from '../config/types.js';
 import { compileFingerprint, type CompiledFingerprint } from './fingerprint.js';
 import { parsePointer } from './json.js';
 import { compileStoredHeaders } from '../proxy/headers.js';
@@ -71,9 +71,16 @@ export class Router {
   }
 }
 
-/** releaseOn as a lookup: one array read per response. */
-function compileReleaseOn(statuses: readonly number[]): (status: number) => boolean {
+/** releaseOn as a lookup: one array read per response; a class (`5xx`) fills its hundred entries. */
+function compileReleaseOn(entries: readonly ReleaseOn[]): (status: number) => boolean {
   const table = new Uint8Array(1000);
-  for (const s of statuses) if (s >= 0 && s < 1000) table[s] = 1;
+  for (const e of entries) {
+    if (typeof e === 'number') {
+      if (e >= 0 && e < 1000) table[e] = 1;
+    } else {
+      const base = Number(e[0]) * 100;
+      table.fill(1, base, base + 100);
+    }
+  }
   return (status) => table[status] === 1;
 }
