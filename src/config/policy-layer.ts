@@ -4,7 +4,7 @@
 // concern a single field are made here; checks across fields after merging.
 
 import { METHODS } from 'node:http';
-import type { KeySource, Mode, ReleaseOn, StatusClass, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, TenantSource } from './types.js';
+import type { ErrorFormat, KeyScope, KeySource, Mode, Profile, ReleaseOn, StatusClass, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, TenantSource } from './types.js';
 import type { Issues, Path } from './issues.js';
 import { parseDuration, parseSize } from './units.js';
 
@@ -30,6 +30,13 @@ export interface PolicyLayer {
   onStoreError?: OnStoreError;
   storeHeaders?: string[];
   dropHeaders?: string[];
+  // --- protocol profiles (docs/profiles.md) ---
+  profile?: Profile;
+  errorFormat?: ErrorFormat;
+  keyScope?: KeyScope;
+  echoKey?: boolean;
+  /** Set on a profile's preset layer: the profile it is. */
+  preset?: Profile;
 }
 
 const KNOWN_METHODS: ReadonlySet<string> = new Set(METHODS);
@@ -190,5 +197,9 @@ export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): Polic
     onStoreError: oneOf(r.onStoreError, ['fail', 'passthrough'] as const),
     storeHeaders: readStoreHeaders(r, base, issues),
     dropHeaders: headers(r.dropHeaders),
+    profile: oneOf(r.profile, ['ietf', 'stripe', 'acp'] as const),
+    errorFormat: oneOf(r.errorFormat, ['problem', 'stripe', 'acp'] as const),
+    keyScope: oneOf(r.keyScope, ['tenant', 'tenantAndPath'] as const),
+    echoKey: typeof r.echoKey === 'boolean' ? r.echoKey : undefined,
   };
 }

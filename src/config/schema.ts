@@ -66,6 +66,11 @@ function policyProperties(): Record<string, Schema> {
     onStoreError: enumOf('fail', 'passthrough'),
     storeHeaders: headerList,
     dropHeaders: headerList,
+    // --- protocol profiles (docs/profiles.md) ---
+    profile: enumOf('ietf', 'stripe', 'acp'),
+    errorFormat: enumOf('problem', 'stripe', 'acp'),
+    keyScope: enumOf('tenant', 'tenantAndPath'),
+    echoKey: { type: 'boolean' },
   };
 }
 

@@ -11,6 +11,14 @@ export type OnStoreError = 'fail' | 'passthrough';
 export type StatusClass = '1xx' | '2xx' | '3xx' | '4xx' | '5xx';
 export type ReleaseOn = number | StatusClass;
 
+// --- protocol profiles (docs/profiles.md) ---
+/** A preset of the fields below and of the others a client of that protocol expects. */
+export type Profile = 'ietf' | 'stripe' | 'acp';
+/** The shape of the proxy's own error answers: RFC 9457 problem+json, Stripe's envelope, ACP's flat object. */
+export type ErrorFormat = 'problem' | 'stripe' | 'acp';
+/** What a key is unique within: the tenant, or the tenant and the request path. */
+export type KeyScope = 'tenant' | 'tenantAndPath';
+
 export type KeySource =
   | { readonly kind: 'header'; readonly header: string } // the default: keyHeader
   | { readonly kind: 'fromHeader'; readonly header: string } // e.g. ce-id, webhook-id
@@ -53,6 +61,14 @@ export interface RoutePolicy {
   readonly onStoreError: OnStoreError;
   readonly storeHeaders: readonly string[]; // lower-case; added to the stored set
   readonly dropHeaders: readonly string[]; // lower-case; removed from the stored set
+  // --- protocol profiles (docs/profiles.md) ---
+  readonly profile: Profile;
+  readonly errorFormat: ErrorFormat;
+  readonly keyScope: KeyScope;
+  /** Idempotency-Key echoed on every response to a request that carried one. */
+  readonly echoKey: boolean;
+  /** The YAML names of the fields whose value the profile's preset gave (for check-config). */
+  readonly fromProfile: readonly string[];
 }
 
 export interface UpstreamConfig {

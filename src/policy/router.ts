@@ -3,6 +3,7 @@ import type { Config, ReleaseOn, RoutePolicy } from '../config/types.js';
 import { compileFingerprint, type CompiledFingerprint } from './fingerprint.js';
 import { parsePointer } from './json.js';
 import { compileStoredHeaders } from '../proxy/headers.js';
+import { dialectFor, type Dialect } from '../http/dialects.js';
 
 // Routes compiled once at startup; the hot path pays a regex test per route
 // until the first match and nothing for features a route does not use.
@@ -24,6 +25,10 @@ export interface CompiledRoute {
   readonly needsJson: boolean;
   /** Stored response headers (lower-case name → kept). */
   readonly storeHeader: (name: string) => boolean;
+  /** The shape and headers of the proxy's own answers on this route (errorFormat, docs/profiles.md). */
+  readonly dialect: Dialect;
+  /** keyScope: tenantAndPath — the request path is part of the key's scope. */
+  readonly scopePath: boolean;
 }
 
 interface Entry {
@@ -50,6 +55,8 @@ export class Router {
         fingerprint: compileFingerprint(policy.fingerprint),
         needsJson: policy.key.kind === 'fromBody' || policy.fingerprint.json === 'canonical',
         storeHeader: compileStoredHeaders(policy.storeHeaders, policy.dropHeaders),
+        dialect: dialectFor(policy.errorFormat),
+        scopePath: policy.keyScope === 'tenantAndPath',
       };
       entries.push({
         methods: policy.match.methods === null ? null : new Set(policy.match.methods),

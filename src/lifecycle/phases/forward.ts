@@ -24,6 +24,13 @@ export const forwardPhase: Phase = {
   }),
 };
 
+/** echoKey: the request's key on the upstream's answer too, unless the upstream echoed it itself. */
+function echoKey(recording: Recording, key: string): void {
+  const h = recording.headers!;
+  for (let i = 0; i < h.length; i += 2) if (h[i]!.toLowerCase() === 'idempotency-key') return;
+  recording.addHeader('idempotency-key', key);
+}
+
 class Forwarding implements Recorder {
   private readonly t0 = performance.now();
 
@@ -37,6 +44,7 @@ class Forwarding implements Recorder {
   head(recording: Recording, statusCode: number): boolean {
     const ctx = this.ctx;
     ctx.status = statusCode;
+    if (ctx.plan!.policy.echoKey) echoKey(recording, ctx.key!);
     if (!ctx.plan!.route.releases(statusCode)) {
       ctx.outcome = 'executed';
       return true;
