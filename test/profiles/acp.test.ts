@@ -10,7 +10,7 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { sleep } from '../policies/support.js';
+import { sleep } from '../helpers/wait.js';
 
 const YAML = `
 defaults:

@@ -11,8 +11,8 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { rawRequest } from '../core/support.js';
-import { sleep } from '../policies/support.js';
+import { rawRequest } from '../helpers/raw-http.js';
+import { sleep } from '../helpers/wait.js';
 
 const YAML = `
 defaults:

@@ -10,7 +10,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { sleep } from '../policies/support.js';
+import { sleep } from '../helpers/wait.js';
 
 const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 

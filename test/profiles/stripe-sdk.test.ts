@@ -10,8 +10,9 @@ import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type Responder, type TestUpstream } from '../helpers/upstream.js';
-import { startThrowawayPostgres, type ThrowawayPostgres } from '../faults/helpers/pg-cluster.js';
-import { metricsText, sample, sleep } from '../policies/support.js';
+import { startThrowawayPostgres, type ThrowawayPostgres } from '../helpers/servers.js';
+import { metric, metricsText } from '../helpers/metrics.js';
+import { sleep } from '../helpers/wait.js';
 
 const YAML = `
 defaults:
@@ -63,8 +64,8 @@ describe('profile: stripe with the stripe SDK', () => {
     assert.equal(a.id, b.id);
     assert.equal(a.amount, 500);
     const m = await metricsText(proxy.adminUrl);
-    assert.ok(sample(m, 'idempotency_proxy_requests_total', { route: 'charges', outcome: 'conflict' }) >= 1, 'one of them met the 409 first');
-    assert.ok(sample(m, 'idempotency_proxy_requests_total', { route: 'charges', outcome: 'replayed' }) >= 1, 'and was answered the replay');
+    assert.ok(metric(m, 'idempotency_proxy_requests_total', { route: 'charges', outcome: 'conflict' }) >= 1, 'one of them met the 409 first');
+    assert.ok(metric(m, 'idempotency_proxy_requests_total', { route: 'charges', outcome: 'replayed' }) >= 1, 'and was answered the replay');
   });
 
   test('the same key with other parameters throws StripeIdempotencyError, not retried', async () => {
@@ -110,6 +111,6 @@ describe('profile: stripe — a 503 while the key store is down is retried by th
     assert.equal(charge.amount, 900);
     assert.equal(upstream.executions(), 1);
     const m = await metricsText(proxy.adminUrl);
-    assert.ok(sample(m, 'idempotency_proxy_requests_total', { route: 'charges', outcome: 'store_error' }) >= 1, 'the proxy answered 503 at least once');
+    assert.ok(metric(m, 'idempotency_proxy_requests_total', { route: 'charges', outcome: 'store_error' }) >= 1, 'the proxy answered 503 at least once');
   });
 });
