@@ -1,5 +1,5 @@
 import type { Db } from './db/port.js';
-import { sweepBatchStatement, sweepLockStatement } from './sql/sweep.js';
+import { sweepCandidatesStatement, sweepDeleteStatement, sweepLockStatement } from './sql/sweep.js';
 
 const SWEEP_LOCK = 0x1de0_5eed;
 
@@ -10,8 +10,11 @@ export interface SweepResult {
 
 /**
  * Deletes expired rows in bounded batches, one transaction per batch, while
- * holding the sweeper advisory lock: one instance sweeps at a time. Stops
- * after maxBatches so one pass never runs unbounded.
+ * holding the sweeper advisory lock: one instance sweeps at a time. A batch
+ * reads up to batchSize expired keys, then deletes them one tenant per
+ * statement (one shard on Citus), skipping rows a claim holds. Stops after
+ * maxBatches, at the first short batch, or when a batch deleted nothing (all
+ * its rows were held), so one pass never runs unbounded.
  */
 export async function sweepOnce(db: Db, batchSize: number, maxBatches = 100): Promise<SweepResult> {
   let deleted = 0;
@@ -19,12 +22,20 @@ export async function sweepOnce(db: Db, batchSize: number, maxBatches = 100): Pr
     const r = await db.transaction(async (tx) => {
       const [lock] = await tx.query<{ locked: boolean }>(sweepLockStatement, [SWEEP_LOCK]);
       if (!lock?.locked) return null;
-      const rows = await tx.query(sweepBatchStatement, [batchSize]);
-      return rows.length;
+      const rows = await tx.query<{ tenant_id: string; idem_key: string }>(sweepCandidatesStatement, [batchSize]);
+      const tenants = new Map<string, string[]>();
+      for (const row of rows) {
+        const keys = tenants.get(row.tenant_id);
+        if (keys === undefined) tenants.set(row.tenant_id, [row.idem_key]);
+        else keys.push(row.idem_key);
+      }
+      let gone = 0;
+      for (const [tenantId, keys] of tenants) gone += (await tx.query(sweepDeleteStatement, [tenantId, keys])).length;
+      return { read: rows.length, gone };
     });
     if (r === null) return { locked: false, deleted };
-    deleted += r;
-    if (r < batchSize) break;
+    deleted += r.gone;
+    if (r.read < batchSize || r.gone === 0) break;
   }
   return { locked: true, deleted };
 }

@@ -4,7 +4,7 @@ import { after, before, describe, test } from 'node:test';
 import { createPgDb } from '../../src/store/db/pg.js';
 import type { Db } from '../../src/store/db/port.js';
 import { KeyStore } from '../../src/store/key-store.js';
-import { claimOneStatement, claimStatement } from '../../src/store/sql/claim.js';
+import { claimInsertStatement, foundOneStatement, foundStatement } from '../../src/store/sql/claim.js';
 import { commitOneStatement, commitStatement } from '../../src/store/sql/commit.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 
@@ -64,12 +64,10 @@ describe('prepared statements keep an index plan made while the table was empty'
 
     const plan = async (text: string): Promise<string> =>
       (await db.query<{ 'QUERY PLAN': string }>({ name: '', text }, [])).map((r) => r['QUERY PLAN']).join('\n');
-    const claimPlan = await plan(`EXPLAIN EXECUTE ${claimStatement.name}(ARRAY['${PLAN_TENANT}'], ARRAY['seed-7'], ARRAY['01'], ARRAY[gen_random_uuid()],
-      ARRAY[60000::float8], ARRAY[3600000::float8], ARRAY['reexecute'], ARRAY['r'], ARRAY['POST'], ARRAY['/x'])`);
-    const commitPlan = await plan(`EXPLAIN EXECUTE ${commitStatement.name}(ARRAY['${PLAN_TENANT}'], ARRAY['seed-8'], ARRAY[gen_random_uuid()], ARRAY[200],
+    const claimPlan = await plan(`EXPLAIN EXECUTE ${foundStatement.name}('${PLAN_TENANT}', ARRAY['seed-7', 'seed-77'])`);
+    const commitPlan = await plan(`EXPLAIN EXECUTE ${commitStatement.name}('${PLAN_TENANT}', ARRAY['seed-8'], ARRAY[gen_random_uuid()], ARRAY[200],
       ARRAY['[]'], ARRAY['7b7d'], ARRAY[true], ARRAY[2::bigint])`);
-    const claimOnePlan = await plan(`EXPLAIN EXECUTE ${claimOneStatement.name}('${PLAN_TENANT}', 'seed-9', '01', gen_random_uuid(),
-      60000, 3600000, 'reexecute', 'r', 'POST', '/x')`);
+    const claimOnePlan = await plan(`EXPLAIN EXECUTE ${foundOneStatement.name}('${PLAN_TENANT}', 'seed-9')`);
     const commitOnePlan = await plan(`EXPLAIN EXECUTE ${commitOneStatement.name}('${PLAN_TENANT}', 'seed-10', gen_random_uuid(), 200, '[]', '7b7d', true, 2)`);
     for (const [name, p] of [['claim', claimPlan], ['commit', commitPlan], ['lone claim', claimOnePlan], ['lone commit', commitOnePlan]] as const) {
       assert.doesNotMatch(p, /Seq Scan on idempotency_keys/, `${name} plan scans the whole table:\n${p}`);
@@ -79,8 +77,9 @@ describe('prepared statements keep an index plan made while the table was empty'
     // Planned once per session, not once per execution.
     const rows = await db.query<{ name: string; generic_plans: string; custom_plans: string }>(
       { name: '', text: `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
-                          WHERE name = ANY ($1)` }, [[claimStatement.name, commitStatement.name, claimOneStatement.name, commitOneStatement.name]]);
-    assert.equal(rows.length, 4, 'all four statements prepared on this session');
+                          WHERE name = ANY ($1)` }, [[foundStatement.name, commitStatement.name, foundOneStatement.name, commitOneStatement.name,
+                              claimInsertStatement(1).name]]);
+    assert.equal(rows.length, 5, 'all five statements prepared on this session');
     for (const r of rows) {
       assert.equal(Number(r.custom_plans), 0, `${r.name} was planned per execution (${r.custom_plans} custom plans)`);
       assert.ok(Number(r.generic_plans) >= 21, `${r.name}: ${r.generic_plans} generic plan executions`);

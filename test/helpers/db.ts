@@ -5,6 +5,7 @@ import { createPgliteDb } from '../../src/store/db/pglite.js';
 import type { Db } from '../../src/store/db/port.js';
 import { migrate } from '../../src/store/migrate.js';
 import { migrations } from '../../src/store/migrations/index.js';
+import { citusNodes, createCitusDatabase, dropCitusDatabase } from './citus.js';
 
 // A fresh database per test file, cloned from a migrated template
 // (CREATE DATABASE … TEMPLATE), on the machine's real PostgreSQL.
@@ -69,6 +70,7 @@ export interface TestDatabase {
 /** A fresh, migrated database of its own. Fails loudly if PostgreSQL is down. */
 export async function createTestDatabase(opts: { migrated?: boolean } = {}): Promise<TestDatabase> {
   const migrated = opts.migrated ?? true;
+  if (citusNodes !== null) return createCitusTestDatabase(citusNodes, migrated);
   if (migrated) await ensureTemplate();
   const name = `idem_t_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`;
   await admin(async (c) => {
@@ -91,6 +93,22 @@ export async function createTestDatabase(opts: { migrated?: boolean } = {}): Pro
       await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     }),
   };
+}
+
+async function createCitusTestDatabase(nodes: readonly number[], migrated: boolean): Promise<TestDatabase> {
+  const name = `idem_t_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`;
+  await createCitusDatabase(nodes, name);
+  const url = withDatabase(ADMIN_URL, name);
+  if (migrated) {
+    const db = createPgDb({ connectionString: url, max: 1 });
+    try {
+      const m = await migrate(db);
+      if (!m.distributed.includes('idempotency_keys')) throw new Error(`migrate did not distribute idempotency_keys on ${name}`);
+    } finally {
+      await db.close();
+    }
+  }
+  return { url, name, drop: () => dropCitusDatabase(nodes, name) };
 }
 
 /** Runs SQL against a test database (for assertions and time travel). */

@@ -47,6 +47,9 @@ class PgQueryable implements Queryable {
   }
 }
 
+const NOT_ON_CITUS_GENERIC_PLANS = `SELECT set_config('plan_cache_mode', 'force_generic_plan', false)
+  WHERE NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`;
+
 export function createPgDb(opts: PgDbOptions): Db {
   const pool = new pg.Pool({
     connectionString: opts.connectionString,
@@ -70,7 +73,9 @@ export function createPgDb(opts: PgDbOptions): Db {
     // a server without plan_cache_mode (< 12) keeps its default there.
     onConnect: async (client: pg.ClientBase) => {
       await client.query('SET enable_seqscan = off').catch(() => {});
-      await client.query('SET plan_cache_mode = force_generic_plan').catch(() => {});
+      // Not on Citus: it cannot route a generic plan of a statement that is
+      // not a fast-path query (docs/scale.md); there plans stay custom.
+      await client.query(NOT_ON_CITUS_GENERIC_PLANS).catch(() => {});
     },
   });
   // An idle client losing its connection must not crash the process.
