@@ -1,6 +1,7 @@
-// The claim of one tenant's distinct keys: the found read, then the insert of
-// the keys that need it (src/store/sql/claim.ts; docs/storage.md). Both
-// statements touch the one tenant only, so on Citus they run on one shard.
+// The claim of one tenant's distinct keys: the insert of new keys, then the
+// found read of the keys it left alone, then the takeover of those that need
+// it (src/store/sql/claim.ts; docs/storage.md). Each statement touches the
+// one tenant only, so on Citus it runs on one shard.
 import type { Queryable } from './db/port.js';
 import { toBuffer } from './db/port.js';
 import type { ClaimRequest } from './records.js';
@@ -56,48 +57,67 @@ function settled(row: FoundRow, fingerprint: Buffer): boolean {
   return row.lease_over === false || !fingerprint.equals(toBuffer(row.fingerprint)!);
 }
 
-/**
- * Claims `items` (distinct keys of `tenantId`); one ClaimRow per item, in
- * order. A row with state null vanished or is not yet visible: claim again.
- */
-export async function claimTenant(
-  db: Queryable, tenantId: string, items: readonly ClaimRequest[], singleRow = true,
-): Promise<ClaimRow[]> {
-  const found = items.length === 1 && singleRow
-    ? await db.query<FoundRow>(foundOneStatement, [tenantId, items[0]!.key])
-    : await db.query<FoundRow>(foundStatement, [tenantId, items.map((c) => c.key)]);
-  const out = new Array<ClaimRow>(items.length);
-  const byKeyFound = new Map<string, FoundRow>();
-  for (const f of found) byKeyFound.set(f.idem_key, f);
-  const toInsert: number[] = [];
-  for (let i = 0; i < items.length; i++) {
-    const f = byKeyFound.get(items[i]!.key);
-    if (f !== undefined && settled(f, items[i]!.fingerprint)) out[i] = { ...f, claimed: false, claim_attempt: null };
-    else toInsert.push(i);
-  }
-  if (toInsert.length === 0) return out;
-  toInsert.sort((a, b) => byKey(items[a]!, items[b]!));
-  const clock = found.length > 0 ? found[0]!.clock : null;
-  const values = new Array<unknown>(2 + toInsert.length * INSERT_PARAMS_PER_ROW);
+/** Sends the insert of `kind` for items[idx] (sorted by key: the lock order); the rows it wrote, by key. */
+async function insert(
+  db: Queryable, kind: 'new' | 'takeover', tenantId: string, items: readonly ClaimRequest[], idx: number[], clock: number | null,
+): Promise<Map<string, InsertedRow>> {
+  idx.sort((a, b) => byKey(items[a]!, items[b]!));
+  const values = new Array<unknown>(2 + idx.length * INSERT_PARAMS_PER_ROW);
   values[0] = clock;
   values[1] = tenantId;
   let p = 2;
-  for (const i of toInsert) {
+  for (const i of idx) {
     const c = items[i]!;
     values[p++] = c.key; values[p++] = c.fingerprint.toString('hex'); values[p++] = c.ownerToken;
     values[p++] = c.leaseMs; values[p++] = c.ttlMs; values[p++] = c.onExpiredLease;
     values[p++] = c.route; values[p++] = c.method; values[p++] = c.path;
   }
-  const inserted = await db.query<InsertedRow>(claimInsertStatement(toInsert.length), values);
-  const byKeyInserted = new Map<string, InsertedRow>();
-  for (const r of inserted) byKeyInserted.set(r.idem_key, r);
-  for (const i of toInsert) {
-    const c = items[i]!;
-    const r = byKeyInserted.get(c.key);
-    if (r === undefined) { out[i] = NOTHING; continue; } // left alone: a concurrent claim changed it
-    const claimed = r.state === 'in_flight' && r.owner_token.toLowerCase() === c.ownerToken.toLowerCase();
-    // outcome_unknown set by this claim: its fingerprint matched (not returned).
-    out[i] = { ...NOTHING, claimed, claim_attempt: r.attempt, state: r.state };
+  const rows = await db.query<InsertedRow>(claimInsertStatement(idx.length, kind), values);
+  const byKeyWritten = new Map<string, InsertedRow>();
+  for (const r of rows) byKeyWritten.set(r.idem_key, r);
+  return byKeyWritten;
+}
+
+function fromInserted(r: InsertedRow, c: ClaimRequest): ClaimRow {
+  const claimed = r.state === 'in_flight' && r.owner_token.toLowerCase() === c.ownerToken.toLowerCase();
+  // outcome_unknown set by this claim: its fingerprint matched (not returned).
+  return { ...NOTHING, claimed, claim_attempt: r.attempt, state: r.state };
+}
+
+/**
+ * Claims `items` (distinct keys of `tenantId`); one ClaimRow per item, in
+ * order. A row with state null vanished or is not yet visible, or a
+ * concurrent claim changed it: the caller claims again.
+ */
+export async function claimTenant(
+  db: Queryable, tenantId: string, items: readonly ClaimRequest[], singleRow = true,
+): Promise<ClaimRow[]> {
+  const out = new Array<ClaimRow>(items.length);
+  const inserted = await insert(db, 'new', tenantId, items, items.map((_, i) => i), null);
+  const held: number[] = [];
+  for (let i = 0; i < items.length; i++) {
+    const r = inserted.get(items[i]!.key);
+    if (r !== undefined) out[i] = fromInserted(r, items[i]!);
+    else held.push(i);
+  }
+  if (held.length === 0) return out;
+  const found = held.length === 1 && singleRow
+    ? await db.query<FoundRow>(foundOneStatement, [tenantId, items[held[0]!]!.key])
+    : await db.query<FoundRow>(foundStatement, [tenantId, held.map((i) => items[i]!.key)]);
+  const byKeyFound = new Map<string, FoundRow>();
+  for (const f of found) byKeyFound.set(f.idem_key, f);
+  const takeover: number[] = [];
+  for (const i of held) {
+    const f = byKeyFound.get(items[i]!.key);
+    if (f === undefined) out[i] = NOTHING; // deleted since the insert: claim again
+    else if (settled(f, items[i]!.fingerprint)) out[i] = { ...f, claimed: false, claim_attempt: null };
+    else takeover.push(i);
+  }
+  if (takeover.length === 0) return out;
+  const taken = await insert(db, 'takeover', tenantId, items, takeover, found[0]!.clock);
+  for (const i of takeover) {
+    const r = taken.get(items[i]!.key);
+    out[i] = r === undefined ? NOTHING : fromInserted(r, items[i]!); // left alone: a concurrent claim changed it
   }
   return out;
 }

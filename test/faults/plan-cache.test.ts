@@ -41,6 +41,9 @@ describe('prepared statements keep an index plan made while the table was empty'
       assert.equal(c.kind, 'claimed');
       const done = await store.commit({ tenantId: PLAN_TENANT, key, ownerToken, response: { status: 201, headers: [], body: Buffer.from('{}'), bodyRetained: true, bodySize: 2 } });
       assert.equal(done.committed, true);
+      // The replay: the insert leaves the key alone, the found read answers.
+      const again = await store.claim({ tenantId: PLAN_TENANT, key, fingerprint, ownerToken: randomUUID(), leaseMs: 60_000, ttlMs: 3_600_000, onExpiredLease: 'reexecute', route: 'r', method: 'POST', path: '/x' });
+      assert.equal(again.kind, 'complete');
     };
     const claimAndCommit = async (key: string): Promise<void> => {
       for (const [i, store] of stores.entries()) await claimAndCommitOn(store, `${key}-${i}`);

@@ -224,16 +224,16 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) for (const mode of mo
       const kinds = (await Promise.all(storm.map((r) => s.claim(r)))).map((o) => o.kind).sort();
       assert.deepEqual(kinds, ['claimed', 'in_flight', 'in_flight']);
       const lone = mode.singleRowStatements;
-      // A claim is a found read, then an insert of the keys it did not settle
-      // (one VALUES row per key); a replay is the read alone. The storm
-      // folds to one key: a lone claim.
+      // A claim is an insert of the new keys (one VALUES row per key); a key
+      // that has a row is then read (found). The storm folds to one key: a
+      // lone claim.
       const found = (lone ? foundOneStatement : foundStatement).name;
       assert.deepEqual(names, [
-        found, claimInsertStatement(1).name,
+        claimInsertStatement(1).name,
         (lone ? commitOneStatement : commitStatement).name,
-        found,
-        foundStatement.name, claimInsertStatement(2).name,
-        found, claimInsertStatement(1).name,
+        claimInsertStatement(1).name, found,
+        claimInsertStatement(2).name,
+        claimInsertStatement(1).name,
       ]);
     });
 

@@ -1,29 +1,34 @@
 import type { Statement } from '../db/port.js';
 
-// The claim of one tenant's keys, in two single-tenant statements (every
+// The claim of one tenant's keys, in single-tenant statements (every
 // reference to the table filters on tenant_id = $1, so on Citus each is
 // router-planned to the one shard that holds the tenant; docs/scale.md):
 //
-// 1. found: the keys' rows as they stand, with the statement's clock and
-//    the time tests the claim depends on. A row already settled for this
-//    request — complete or outcome_unknown within its retention, in flight
-//    under a live lease, or in flight under another fingerprint — is answered
-//    from it and never reaches the INSERT: a duplicate takes no row lock and
-//    writes nothing (a replay commits without a WAL flush).
-// 2. insert: only the keys found absent or free to take over, one
-//    INSERT ... VALUES ... ON CONFLICT DO UPDATE ... WHERE <takeover>, which
-//    inserts a new in_flight row, takes over a row whose retention expired
-//    (unless it is in flight under a live lease), takes over an in_flight row
-//    whose lease ran out with the same fingerprint (on_expired_lease =
-//    reexecute) or marks it outcome_unknown (= fail), or leaves it alone.
+// 1. new: INSERT ... VALUES ... ON CONFLICT DO NOTHING. A new key (the usual
+//    case) is claimed by this one statement. A key that has a row is left
+//    alone without a row lock: the conflict is found before anything is
+//    written, so a statement of nothing but duplicates writes nothing (no
+//    transaction id, no WAL flush).
+// 2. found, for the keys the insert left alone: their rows as they stand,
+//    with the statement's clock and the time tests the claim depends on. A
+//    row settled for this request — complete or outcome_unknown within its
+//    retention, in flight under a live lease, or in flight under another
+//    fingerprint — is answered from it.
+// 3. takeover, for the rest only: INSERT ... ON CONFLICT DO UPDATE ... WHERE
+//    <takeover>, which takes over a row whose retention expired (unless it
+//    is in flight under a live lease), takes over an in_flight row whose
+//    lease ran out with the same fingerprint (on_expired_lease = reexecute)
+//    or marks it outcome_unknown (= fail), or leaves it alone (a concurrent
+//    claim changed it: the store claims again).
 //
-// One clock per row: the insert compares times with the clock of the found
-// statement that read the rows (passed back as $1, epoch seconds, to the
-// microsecond), or with its own now() when found saw none of them. Every
-// comparison inside the insert reads EXCLUDED.created_at, the row's clock,
-// never now() (Citus refuses STABLE functions in ON CONFLICT ... SET/WHERE,
-// and evaluates a write's now() on the coordinator but a read's on the
-// worker: one value read once keeps the two tests of a row in agreement).
+// One clock per row: the takeover compares times with the clock of the
+// found statement that read the rows (passed as $1, epoch seconds to the
+// microsecond); a new row's times come from the insert's own now() ($1
+// NULL). Every comparison inside an insert reads EXCLUDED.created_at, the
+// row's clock, never now() (Citus refuses STABLE functions in ON CONFLICT
+// ... SET/WHERE, and evaluates a write's now() on the coordinator but a
+// read's on the worker: one value read once keeps the tests of a row in
+// agreement).
 // Rows are inserted (and locked) in the order of the VALUES list, which the
 // store sorts by key, the order every statement of the store locks rows in:
 // overlapping batches wait for each other but never deadlock.
@@ -54,21 +59,7 @@ export const foundOneStatement: Statement = {
 /** Parameters per inserted row, after $1 (clock) and $2 (tenant). */
 export const INSERT_PARAMS_PER_ROW = 9;
 
-function insertText(rows: number): string {
-  const clock = `coalesce(to_timestamp($1::float8), now())`;
-  const values: string[] = [];
-  for (let r = 0; r < rows; r++) {
-    const p = (i: number): string => `$${3 + r * INSERT_PARAMS_PER_ROW + i}`;
-    values.push(`($2::text, ${p(0)}::text, decode(${p(1)}::text, 'hex'), 'in_flight', ${p(2)}::uuid, 1, ${p(5)}::text,
-     ${clock} + ${p(3)}::float8 * interval '1 millisecond', ${clock} + ${p(4)}::float8 * interval '1 millisecond',
-     ${clock}, ${p(6)}::text, ${p(7)}::text, ${p(8)}::text)`);
-  }
-  return `
-INSERT INTO idempotency_keys AS k
-  (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
-   locked_until, expires_at, created_at, route, method, path)
-VALUES ${values.join(',\n       ')}
-ON CONFLICT (tenant_id, idem_key) DO UPDATE SET
+const TAKEOVER = `DO UPDATE SET
   fingerprint      = EXCLUDED.fingerprint,
   state            = CASE WHEN k.expires_at > EXCLUDED.created_at AND k.on_expired_lease = 'fail'
                           THEN 'outcome_unknown' ELSE 'in_flight' END,
@@ -85,21 +76,42 @@ ON CONFLICT (tenant_id, idem_key) DO UPDATE SET
   route = EXCLUDED.route, method = EXCLUDED.method, path = EXCLUDED.path
 WHERE (k.expires_at <= EXCLUDED.created_at AND (k.state <> 'in_flight' OR k.locked_until <= EXCLUDED.created_at))
    OR (k.state = 'in_flight' AND k.locked_until <= EXCLUDED.created_at AND k.fingerprint = EXCLUDED.fingerprint)
+`;
+
+function insertText(rows: number, onConflict: string): string {
+  const clock = `coalesce(to_timestamp($1::float8), now())`;
+  const values: string[] = [];
+  for (let r = 0; r < rows; r++) {
+    const p = (i: number): string => `$${3 + r * INSERT_PARAMS_PER_ROW + i}`;
+    values.push(`($2::text, ${p(0)}::text, decode(${p(1)}::text, 'hex'), 'in_flight', ${p(2)}::uuid, 1, ${p(5)}::text,
+     ${clock} + ${p(3)}::float8 * interval '1 millisecond', ${clock} + ${p(4)}::float8 * interval '1 millisecond',
+     ${clock}, ${p(6)}::text, ${p(7)}::text, ${p(8)}::text)`);
+  }
+  return `
+INSERT INTO idempotency_keys AS k
+  (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
+   locked_until, expires_at, created_at, route, method, path)
+VALUES ${values.join(',\n       ')}
+ON CONFLICT (tenant_id, idem_key) ${onConflict}
 RETURNING k.idem_key, k.state, k.owner_token, k.attempt`;
 }
 
-const insertStatements: Statement[] = [];
+const newStatements: Statement[] = [];
+const takeoverStatements: Statement[] = [];
 
 /**
- * The insert for `rows` keys of one tenant. One text per batch size, built
- * once per process and prepared once per connection; the one-row statement
- * is the lone claim's (the usual case when the proxy is not busy).
+ * The insert of `rows` new keys of one tenant (1.), or the takeover of
+ * `rows` of its keys (3.). One text per batch size, built once per process
+ * and prepared once per connection; the one-row statements are the lone
+ * claim's (the usual case when the proxy is not busy).
  */
-export function claimInsertStatement(rows: number): Statement {
-  let s = insertStatements[rows];
+export function claimInsertStatement(rows: number, kind: 'new' | 'takeover' = 'new'): Statement {
+  const cache = kind === 'new' ? newStatements : takeoverStatements;
+  let s = cache[rows];
   if (s === undefined) {
-    s = { name: rows === 1 ? 'idem_claim_one_v2' : `idem_claim_v3_${rows}`, text: insertText(rows) };
-    insertStatements[rows] = s;
+    const name = rows === 1 ? `idem_claim_${kind}_one_v1` : `idem_claim_${kind}_v1_${rows}`;
+    s = { name, text: insertText(rows, kind === 'new' ? 'DO NOTHING' : TAKEOVER) };
+    cache[rows] = s;
   }
   return s;
 }
