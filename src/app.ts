@@ -3,6 +3,7 @@ import type { Config } from './config/types.js';
 import { createAdminHandler } from './http/admin.js';
 import { listen, type Listener, type ServerTimeouts } from './http/server.js';
 import { createHandler } from './lifecycle/handler.js';
+import { Plans } from './lifecycle/plan.js';
 import { Waiters } from './lifecycle/waiters.js';
 import { createLogger, type Logger } from './log/logger.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
@@ -90,11 +91,11 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     if (cache !== null) cleanups.push(() => cache.close());
     warnTradeOffs(config, logger);
 
-    // Routes and policies are swapped on reload: the lifecycle reads them per request.
-    let live = { config, router };
+    // Routes and policies are swapped whole on reload: a request reads the plans once, at its route phase.
+    const hasCache = cache !== null;
+    let live = { config, plans: new Plans(router, { cache: hasCache }) };
     const deps: LifecycleDeps = {
-      get config() { return live.config; },
-      get router() { return live.router; },
+      get plans() { return live.plans; },
       store, cache, upstream, logger, metrics, waiters: new Waiters(),
     };
     const handler = createHandler(deps);
@@ -155,7 +156,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
       reload: (next) => {
         const plan = planReload(live.config, next);
         const nextRouter = new Router(plan.config);
-        live = { config: plan.config, router: nextRouter };
+        live = { config: plan.config, plans: new Plans(nextRouter, { cache: hasCache }) };
         if (opts.logger === undefined && logger.level !== plan.config.logLevel) logger.level = plan.config.logLevel;
         if (plan.changed.includes('routes')) warnTradeOffs(plan.config, logger);
         return { routes: nextRouter.routes.map((r) => r.name), changed: plan.changed, restartNeeded: plan.restartNeeded };

@@ -1,8 +1,10 @@
-import type { ServerResponse } from 'node:http';
+import { StoreUnavailableError, UpstreamError } from '../errors.js';
+import type { StoredResponse } from '../store/records.js';
 
 // The catalogue of errors the proxy itself produces, as RFC 9457 problem
 // details. One entry per case, a stable `type` URI each; docs/problems.md is
-// kept in step by test/http/problems.test.ts.
+// kept in step by test/http/problems.test.ts. They are written by
+// src/http/respond.ts, the one writer of the proxy's own answers.
 
 export const PROBLEM_BASE = 'urn:idempotency-proxy:problem:';
 
@@ -54,26 +56,34 @@ export function problemBody(p: ProblemDef, detail: string, requestId: string, st
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
-export function sendProblem(
-  res: ServerResponse,
-  p: ProblemDef,
-  detail: string,
-  requestId: string,
-  opts: { status?: number; retryAfterS?: number; extra?: Record<string, unknown> } = {},
-): void {
-  const status = opts.status ?? p.status;
-  const body = JSON.stringify(problemBody(p, detail, requestId, status, opts.extra));
-  if (res.headersSent) {
-    res.destroy();
-    return;
-  }
-  const headers: Record<string, string | number> = {
-    'content-type': PROBLEM_CONTENT_TYPE,
-    'content-length': Buffer.byteLength(body),
-    'x-request-id': requestId,
-    'cache-control': 'no-store',
+/** The problem for a failed upstream exchange, by when it failed. */
+export function upstreamProblem(e: UpstreamError): ProblemDef {
+  return e.kind === 'not_sent' ? Problems.upstreamUnreachable : e.kind === 'timeout' ? Problems.upstreamTimeout : Problems.upstreamReset;
+}
+
+/**
+ * The one mapping from a fault to the problem a client gets: upstream
+ * failures by when they happened, an unreachable store as 503, anything else
+ * (the claim giving up, a bug) as 500.
+ */
+export function problemFor(err: unknown): ProblemDef {
+  if (err instanceof UpstreamError) return upstreamProblem(err);
+  if (err instanceof StoreUnavailableError) return Problems.storeUnavailable;
+  return Problems.internal;
+}
+
+/**
+ * A problem kept as a key's record (a 502/504 whose upstream outcome is
+ * unknown): answered first and replayed later as it was stored, with the
+ * headers every proxy-made problem carries.
+ */
+export function problemRecord(p: ProblemDef, detail: string, requestId: string): StoredResponse {
+  const body = Buffer.from(JSON.stringify(problemBody(p, detail, requestId)));
+  return {
+    status: p.status,
+    headers: [['content-type', PROBLEM_CONTENT_TYPE], ['cache-control', 'no-store']],
+    body,
+    bodyRetained: true,
+    bodySize: body.length,
   };
-  if (opts.retryAfterS !== undefined) headers['retry-after'] = String(Math.max(1, Math.ceil(opts.retryAfterS)));
-  res.writeHead(status, headers);
-  res.end(body);
 }

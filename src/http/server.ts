@@ -2,8 +2,11 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { Handler } from '../lifecycle/handler.js';
-import { PROBLEM_CONTENT_TYPE, Problems, problemBody } from './problems.js';
+import { Problems } from './problems.js';
+import { rawProblem } from './respond.js';
+
+/** What the listener calls for every request that got past Node's HTTP parser. */
+export type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => void;
 
 // The listener. Timeouts bound slow-loris clients; keep-alive longer than a
 // typical load balancer's idle timeout.
@@ -25,6 +28,42 @@ export interface ServerTimeouts {
 
 export const DEFAULT_SERVER_TIMEOUTS: ServerTimeouts = { headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, keepAliveTimeoutMs: 65_000 };
 
+/**
+ * A reverse proxy is no tunnel: CONNECT gets a 405 and the connection closes
+ * (without a listener Node would leave the socket open until a timeout).
+ */
+function refuseConnect(_req: http.IncomingMessage, socket: Duplex): void {
+  socket.end(rawProblem(Problems.methodNotAllowed, 'CONNECT is not supported: this is a reverse proxy, not a tunnel', randomUUID()));
+}
+
+/**
+ * Node's HTTP parser refused the request, or the client was too slow to send
+ * it (headersTimeout / requestTimeout): a catalogue problem all the same,
+ * written on the socket with a request id of its own (there is no response
+ * object, and no phase has run).
+ */
+function refuseUnparsed(err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (!socket.writable || err.code === 'ECONNRESET') {
+    socket.destroy();
+    return;
+  }
+  // A response already under way cannot be replaced by an error.
+  if ((socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  const overflow = err.code === 'HPE_HEADER_OVERFLOW';
+  const slow = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+  const p = overflow ? Problems.headersTooLarge : slow ? Problems.requestTimeout : Problems.badRequest;
+  const parserReason = (err as { reason?: string }).reason;
+  const detail = overflow
+    ? 'the request headers are larger than the proxy accepts'
+    : slow
+      ? 'the request (headers and body) was not received in time; the connection is closed'
+      : `the HTTP request could not be parsed (${err.code ?? 'unknown parse error'}${parserReason ? `: ${parserReason}` : ''})`;
+  socket.end(rawProblem(p, detail, randomUUID()));
+}
+
 export async function listen(handler: Handler, host: string, port: number, timeouts: Partial<ServerTimeouts> = {}): Promise<Listener> {
   const t = { ...DEFAULT_SERVER_TIMEOUTS, ...timeouts };
   const server = http.createServer({
@@ -40,42 +79,8 @@ export async function listen(handler: Handler, host: string, port: number, timeo
     // a missing Host gets a problem+json answer like every other 400.
     requireHostHeader: false,
   }, handler);
-  // A reverse proxy is no tunnel: CONNECT gets a 405 and the connection closes
-  // (without a listener Node would leave the socket open until a timeout).
-  server.on('connect', (_req: http.IncomingMessage, socket: Duplex) => {
-    const requestId = randomUUID();
-    const body = JSON.stringify(problemBody(Problems.methodNotAllowed, 'CONNECT is not supported: this is a reverse proxy, not a tunnel', requestId));
-    socket.end(`HTTP/1.1 405 Method Not Allowed\r\ncontent-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-      `x-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`);
-  });
-  server.on('clientError', (err: NodeJS.ErrnoException, socket) => {
-    if (!socket.writable || err.code === 'ECONNRESET') {
-      socket.destroy();
-      return;
-    }
-    // A response already under way cannot be replaced by an error.
-    if ((socket as { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) {
-      socket.destroy();
-      return;
-    }
-    // Node's HTTP parser refused the request, or the client was too slow to
-    // send it (headersTimeout / requestTimeout): a catalogue problem all the
-    // same, with a request id of its own.
-    const overflow = err.code === 'HPE_HEADER_OVERFLOW';
-    const slow = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
-    const p = overflow ? Problems.headersTooLarge : slow ? Problems.requestTimeout : Problems.badRequest;
-    const requestId = randomUUID();
-    const parserReason = (err as { reason?: string }).reason;
-    const detail = overflow
-      ? 'the request headers are larger than the proxy accepts'
-      : slow
-        ? 'the request (headers and body) was not received in time; the connection is closed'
-        : `the HTTP request could not be parsed (${err.code ?? 'unknown parse error'}${parserReason ? `: ${parserReason}` : ''})`;
-    const body = JSON.stringify(problemBody(p, detail, requestId));
-    const reason = overflow ? 'Request Header Fields Too Large' : slow ? 'Request Timeout' : 'Bad Request';
-    socket.end(`HTTP/1.1 ${p.status} ${reason}\r\ncontent-type: ${PROBLEM_CONTENT_TYPE}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n` +
-      `x-request-id: ${requestId}\r\nconnection: close\r\n\r\n${body}`);
-  });
+  server.on('connect', refuseConnect);
+  server.on('clientError', refuseUnparsed);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {

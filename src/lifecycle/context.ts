@@ -1,13 +1,20 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { ErrorSource, UpstreamError } from '../errors.js';
 import type { Outcome } from '../metrics/metrics.js';
 import type { CompiledRoute } from '../policy/router.js';
+import type { Recording } from '../proxy/record-handler.js';
+import type { ClaimRequest } from '../store/records.js';
+import type { KeyHold } from './hold.js';
+import type { RoutePlan } from './plan.js';
+import type { PhaseName } from './verdict.js';
 
 // One per request: what every phase reads and writes. Fields are declared up
 // front so every context has the same shape.
 
 const REQUEST_ID_RE = /^[\x21-\x7e]{1,128}$/;
+const EMPTY = Buffer.alloc(0);
 
 export class RequestContext {
   readonly requestId: string;
@@ -15,19 +22,33 @@ export class RequestContext {
   readonly method: string;
   readonly path: string;
   readonly query: string;
+  /** The phase running now; once answered, the phase whose verdict answered the request. */
+  phase: PhaseName = 'framing';
   route: CompiledRoute | null = null;
+  plan: RoutePlan | null = null;
   outcome: Outcome = 'passthrough';
+  /** Who failed, on a failure (null: derived from the outcome). */
+  source: ErrorSource | null = null;
   status = 0;
+  // identify
+  body: Buffer = EMPTY;
   tenantId = '';
   key: string | null = null;
+  fingerprint: Buffer = EMPTY;
+  // claim
+  claim: ClaimRequest | null = null;
   ownerToken: string | null = null;
   attempt = 0;
+  hold: KeyHold | null = null;
+  // forward
+  exchange: Recording | null = null;
+  upstreamError: UpstreamError | null = null;
+  released = false;
   upstreamMs = -1;
   upstreamStart = 0; // performance.now() when the request went upstream
   storeMs = 0;
   detail: string | null = null;
   shadow: string | null = null;
-  released = false;
   cache: 'hit' | 'miss' | null = null;
 
   constructor(readonly req: IncomingMessage, readonly res: ServerResponse) {

@@ -1,14 +1,15 @@
 import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import { relayUpstream, type RelaySink } from '../proxy/relay.js';
-import type { UpstreamError } from '../proxy/upstream.js';
-import { Problems, sendProblem } from '../http/problems.js';
+import { upstreamProblem } from '../http/problems.js';
+import { respondProblem } from '../http/respond.js';
+import { relayUpstream, type RelaySink } from '../proxy/relay-handler.js';
 import type { RequestContext } from './context.js';
 import type { LifecycleDeps } from './deps.js';
 
 // Forwards a request untouched and streams the answer back: unmatched
 // requests, passthrough routes, methods outside the route's `methods`, and
-// (with the body already buffered) unkeyed or shadowed requests.
+// (with the body already buffered) unkeyed or shadowed requests and store
+// outages on `onStoreError: passthrough` routes.
 
 export type PassThroughSink = RelaySink<RequestContext>;
 
@@ -24,10 +25,13 @@ export function passThroughSink(done: (ctx: RequestContext) => void): PassThroug
         // Not an upstream failure, and not counted as one.
         ctx.detail = 'the client closed the connection before the response was complete';
       } else if (e !== null) {
-        if (!ctx.res.headersSent) upstreamFailure(ctx, e);
-        else {
-          ctx.outcome = 'upstream_error';
-          ctx.detail = e.message;
+        ctx.outcome = 'upstream_error';
+        ctx.source = 'upstream';
+        ctx.detail = e.message;
+        if (!ctx.res.headersSent) {
+          const p = upstreamProblem(e);
+          ctx.status = p.status;
+          respondProblem(ctx.res, p, e.message, ctx.requestId);
         }
       }
       done(ctx);
@@ -42,18 +46,10 @@ export function passThrough(deps: LifecycleDeps, ctx: RequestContext, body: Buff
     source = req;
   }
   ctx.upstreamStart = performance.now();
-  relayUpstream(deps.upstream, req, ctx.method, source, ctx.res, sink, ctx);
+  relayUpstream(deps.upstream, req, source, ctx.res, sink, ctx);
 }
 
 /** passThrough for the async phases (unkeyed, shadow, store-error requests). */
-export function passThroughAsync(deps: LifecycleDeps, ctx: RequestContext, body: Buffer | null): Promise<void> {
+export function passThroughAsync(deps: LifecycleDeps, ctx: RequestContext, body: Buffer): Promise<void> {
   return new Promise((resolve) => passThrough(deps, ctx, body, passThroughSink(() => resolve())));
-}
-
-export function upstreamFailure(ctx: RequestContext, e: UpstreamError): void {
-  ctx.outcome = 'upstream_error';
-  ctx.detail = e.message;
-  const p = e.kind === 'not_sent' ? Problems.upstreamUnreachable : e.kind === 'timeout' ? Problems.upstreamTimeout : Problems.upstreamReset;
-  ctx.status = p.status;
-  sendProblem(ctx.res, p, e.message, ctx.requestId);
 }

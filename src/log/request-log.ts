@@ -14,6 +14,10 @@ export interface RequestLine {
   readonly method: string;
   readonly path: string;
   readonly outcome: string;
+  /** The phase whose verdict answered the request. */
+  readonly phase: string;
+  /** Who failed, on a failure: store, upstream, internal (null otherwise). */
+  readonly source: string | null;
   readonly status: number;
   readonly tenantId: string;
   /** Logged only as a short hash (keyHash). */
@@ -79,7 +83,8 @@ export function createRequestLog(logger: Logger): RequestLog {
       lastTime = String(now);
     }
     let line = `{"level":"info","time":${lastTime}${bindings},"requestId":${JSON.stringify(r.requestId)},"route":${q(route)}` +
-      `,"method":${q(r.method)},"path":${JSON.stringify(r.path)},"outcome":${q(r.outcome)},"status":${r.status}`;
+      `,"method":${q(r.method)},"path":${JSON.stringify(r.path)},"outcome":${q(r.outcome)},"phase":${q(r.phase)},"status":${r.status}`;
+    if (r.source !== null) line += `,"source":${q(r.source)}`;
     if (r.key !== null) line += `,"key":"${keyHash(r.tenantId, r.key)}"`;
     if (r.attempt) line += `,"attempt":${r.attempt}`;
     if (r.released) line += ',"released":true';

@@ -6,9 +6,11 @@ import { FastCounter, FastHistogram } from './fast.js';
 // ./fast.ts (the request path updates several per request); gauges and the
 // process metrics are prom-client's.
 
-export type Outcome =
-  | 'executed' | 'replayed' | 'conflict' | 'mismatch' | 'rejected'
-  | 'passthrough' | 'store_error' | 'upstream_error';
+/** A request's outcome: its log line's `outcome` and the `outcome` label (docs/lifecycle.md). */
+export const OUTCOMES = [
+  'executed', 'replayed', 'conflict', 'mismatch', 'rejected', 'passthrough', 'store_error', 'upstream_error', 'internal_error',
+] as const;
+export type Outcome = (typeof OUTCOMES)[number];
 
 export interface Metrics {
   readonly registry: Registry;
@@ -24,6 +26,7 @@ export interface Metrics {
   readonly leaseLost: FastCounter<'route'>;
   readonly sweeperDeleted: FastCounter;
   readonly shadowDecisions: FastCounter<'route' | 'decision'>;
+  readonly failures: FastCounter<'route' | 'phase' | 'source'>;
   readonly batchSize: FastHistogram<'statement'>;
 }
 
@@ -80,9 +83,10 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
     cacheBreakerOpen: new Gauge({ name: 'idempotency_proxy_cache_breaker_open', help: '1 while the Redis circuit breaker is open', registers }),
     inFlight: new InFlightGauge({ name: 'idempotency_proxy_keys_in_flight', help: 'Keys this instance holds claimed right now', registers }),
     leaseTakeovers: new FastCounter({ name: 'idempotency_proxy_lease_takeovers_total', help: 'Claims that took over an expired lease (a previous holder crashed or stalled)', labelNames: ['route'], registers }),
-    leaseLost: new FastCounter({ name: 'idempotency_proxy_lease_lost_total', help: 'Commits or extensions fenced out because the lease was taken over', labelNames: ['route'], registers }),
+    leaseLost: new FastCounter({ name: 'idempotency_proxy_lease_lost_total', help: 'Commits or lease extensions fenced out because the lease was taken over', labelNames: ['route'], registers }),
     sweeperDeleted: new FastCounter({ name: 'idempotency_proxy_sweeper_deleted_total', help: 'Expired records deleted by the sweeper', registers }),
     shadowDecisions: new FastCounter({ name: 'idempotency_proxy_shadow_decisions_total', help: 'What enforcement would have done on shadow routes', labelNames: ['route', 'decision'], registers }),
+    failures: new FastCounter({ name: 'idempotency_proxy_failures_total', help: 'Requests that ended in a failure, by the phase where it ended and who failed (store, upstream, internal)', labelNames: ['route', 'phase', 'source'], registers }),
     batchSize: new FastHistogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
   };
 }

@@ -89,11 +89,11 @@ export function keyFromHeader(headers: IncomingHttpHeaders, rawHeaders: readonly
 }
 
 /** A key taken from a JSON body field (a payment provider's event id). */
-export function keyFromBody(json: JsonValue | undefined, pointer: string): KeyResult {
+export function keyFromBody(json: JsonValue | undefined, pointer: string, tokens: readonly string[]): KeyResult {
   if (json === undefined) {
     return { problem: 'key-body-not-json', detail: `this route takes its key from the JSON body at ${pointer}, but the body is not valid JSON` };
   }
-  const v = resolvePointer(json, pointer);
+  const v = resolvePointer(json, tokens);
   if (v === undefined || v === null) {
     return { problem: 'key-pointer-missing', detail: `the JSON body has no value at ${pointer}, where this route takes its key from` };
   }

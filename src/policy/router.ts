@@ -1,6 +1,7 @@
 import picomatch from 'picomatch';
 import type { Config, RoutePolicy } from '../config/types.js';
 import { compileFingerprint, type CompiledFingerprint } from './fingerprint.js';
+import { parsePointer } from './json.js';
 import { compileStoredHeaders } from '../proxy/headers.js';
 
 // Routes compiled once at startup; the hot path pays a regex test per route
@@ -11,6 +12,12 @@ export interface CompiledRoute {
   readonly policy: RoutePolicy;
   /** false for mode: passthrough. */
   readonly idempotent: boolean;
+  /** enforce answers duplicates; shadow forwards them and counts what it would have done. */
+  readonly shadow: boolean;
+  /** The body key's JSON Pointer, already split into its tokens (null: the key is in a header). */
+  readonly keyPointer: readonly string[] | null;
+  /** releaseOn: an upstream status that is not bound to the key. */
+  readonly releases: (status: number) => boolean;
   readonly idemMethods: ReadonlySet<string>;
   readonly fingerprint: CompiledFingerprint;
   /** The body is parsed as JSON (key from body, canonical fingerprint). */
@@ -36,6 +43,9 @@ export class Router {
         name: policy.name,
         policy,
         idempotent: policy.mode !== 'passthrough',
+        shadow: policy.mode === 'shadow',
+        keyPointer: policy.key.kind === 'fromBody' ? parsePointer(policy.key.pointer) : null,
+        releases: compileReleaseOn(policy.releaseOn),
         idemMethods: new Set(policy.methods),
         fingerprint: compileFingerprint(policy.fingerprint),
         needsJson: policy.key.kind === 'fromBody' || policy.fingerprint.json === 'canonical',
@@ -59,4 +69,11 @@ export class Router {
     }
     return null;
   }
+}
+
+/** releaseOn as a lookup: one array read per response. */
+function compileReleaseOn(statuses: readonly number[]): (status: number) => boolean {
+  const table = new Uint8Array(1000);
+  for (const s of statuses) if (s >= 0 && s < 1000) table[s] = 1;
+  return (status) => table[status] === 1;
 }

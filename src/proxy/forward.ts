@@ -1,15 +1,38 @@
 import type { IncomingMessage } from 'node:http';
+import type { Dispatcher } from 'undici';
 import { upstreamRequestHeaders } from './headers.js';
+import type { Upstream } from './upstream.js';
 
-// What goes upstream besides the body: the request headers (headers.ts rules)
-// from what the client sent. The exchange itself is relay.ts.
+// What goes upstream: the request headers (headers.ts rules) from what the
+// client sent, plus headers the proxy adds, and the dispatch itself. The
+// answer is the handler's: relay-handler.ts or record-handler.ts.
 
-/** The request headers for the upstream from what the client sent. */
-export function forwardHeaders(req: IncomingMessage, body: Buffer | IncomingMessage | null): string[] {
+/** The request headers for the upstream from what the client sent, then `extra` ([name, value, …]). */
+export function forwardHeaders(req: IncomingMessage, body: Buffer | IncomingMessage | null, extra: readonly string[] | null): string[] {
   const socket = req.socket;
-  return upstreamRequestHeaders(req.rawHeaders, req.headers, {
+  const headers = upstreamRequestHeaders(req.rawHeaders, req.headers, {
     clientIp: socket.remoteAddress ?? '',
     proto: (socket as { encrypted?: boolean }).encrypted ? 'https' : 'http',
     host: req.headers.host,
   }, Buffer.isBuffer(body));
+  if (extra !== null) for (const h of extra) headers.push(h);
+  return headers;
+}
+
+/** Sends `req` upstream with `body`; `handler` gets the answer (a synchronous refusal too, as onError). */
+export function dispatch(
+  upstream: Upstream,
+  req: IncomingMessage,
+  body: Buffer | IncomingMessage | null,
+  extra: readonly string[] | null,
+  handler: Dispatcher.DispatchHandler,
+): void {
+  try {
+    upstream.pool.dispatch(
+      { origin: upstream.origin, path: req.url ?? '/', method: (req.method ?? 'GET') as Dispatcher.HttpMethod, headers: forwardHeaders(req, body, extra), body },
+      handler,
+    );
+  } catch (err) {
+    handler.onError!(err as Error);
+  }
 }

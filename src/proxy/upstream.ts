@@ -1,5 +1,9 @@
 import { Pool, type Dispatcher } from 'undici';
 import type { UpstreamConfig } from '../config/types.js';
+import { TimeoutSignal, UpstreamError } from '../errors.js';
+
+export { TimeoutSignal, UpstreamError };
+export type { FailureKind } from '../errors.js';
 
 // The upstream: one undici keep-alive pool, and failures classified by *when*
 // they happened, because that decides the key's fate (STYLE habit 6):
@@ -7,31 +11,12 @@ import type { UpstreamConfig } from '../config/types.js';
 //   unknown   — sent, no complete answer (timeout, reset): policy decides;
 //   responded — status and headers arrived (body read separately).
 
-export type FailureKind = 'not_sent' | 'timeout' | 'reset';
-
-export class UpstreamError extends Error {
-  constructor(readonly kind: FailureKind, message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'UpstreamError';
-  }
-  get code(): string {
-    return this.kind === 'not_sent' ? 'IDEMP_UPSTREAM_UNREACHABLE' : this.kind === 'timeout' ? 'IDEMP_UPSTREAM_TIMEOUT' : 'IDEMP_UPSTREAM_RESET';
-  }
-}
-
 const NOT_SENT = new Set([
   'ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'EADDRNOTAVAIL',
   // undici refused to build the request: not a byte was sent.
   'UND_ERR_INVALID_ARG', 'UND_ERR_NOT_SUPPORTED',
 ]);
 const TIMEOUTS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
-
-export class TimeoutSignal extends Error {
-  readonly code = 'IDEMP_UPSTREAM_TIMEOUT';
-  constructor(ms: number) {
-    super(`the upstream did not answer within ${ms} ms`);
-  }
-}
 
 export function classify(err: unknown): UpstreamError {
   if (err instanceof UpstreamError) return err;

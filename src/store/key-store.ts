@@ -1,3 +1,4 @@
+import { ClaimRaceError } from '../errors.js';
 import { Batcher } from './batcher.js';
 import { type Db, toBuffer } from './db/port.js';
 import type {
@@ -32,12 +33,7 @@ type RawClaim =
 const CLAIM_ATTEMPTS = 5;
 const EMPTY = Buffer.alloc(0);
 
-export class ClaimRaceError extends Error {
-  readonly code = 'IDEMP_CLAIM_RACE';
-  constructor() {
-    super(`key neither claimed nor readable after ${CLAIM_ATTEMPTS} attempts`);
-  }
-}
+export { ClaimRaceError };
 
 /**
  * The key store: the state machine of one idempotency key, one statement per
@@ -82,7 +78,7 @@ export class KeyStore {
       if (raw.kind === 'decided') return raw.outcome;
       // 'absent': vanished or not yet visible: claim again
     }
-    throw new ClaimRaceError();
+    throw new ClaimRaceError(CLAIM_ATTEMPTS);
   }
 
   commit(req: CommitRequest): Promise<CommitOutcome> {

@@ -20,13 +20,7 @@ export interface Db extends Queryable {
   close(): Promise<void>;
 }
 
-export class StoreUnavailableError extends Error {
-  readonly code = 'IDEMP_STORE_UNAVAILABLE';
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = 'StoreUnavailableError';
-  }
-}
+export { StoreUnavailableError } from '../../errors.js';
 
 /** Binary columns come back as Buffer from pg and as Uint8Array from PGlite. */
 export function toBuffer(value: unknown): Buffer | null {

@@ -1,7 +1,27 @@
 import type { IncomingMessage } from 'node:http';
+import { Problems } from '../../http/problems.js';
+import { NEXT, problem, type Phase } from '../verdict.js';
 
-// Buffers a request body up to the route's limit. The body is needed whole:
-// it is fingerprinted and may be sent to the upstream again on a takeover.
+// Phase "body": buffers the request body up to the route's maxBodyBytes. The
+// body is needed whole: it is fingerprinted, and nothing is claimed before it
+// has arrived complete (a client that goes away mid-body binds nothing).
+// Enforced on shadow routes too: a body that cannot be buffered cannot be
+// forwarded either.
+
+export const bodyPhase: Phase = {
+  name: 'body',
+  run: async (_deps, ctx) => {
+    const b = await readBody(ctx.req, ctx.plan!.policy.maxBodyBytes);
+    if (b.kind === 'ok') {
+      ctx.body = b.body;
+      return NEXT;
+    }
+    if (b.kind === 'aborted') {
+      return problem(Problems.bodyIncomplete, 'the request body ended before its declared length', 'rejected', { logDetail: 'client aborted the request body' });
+    }
+    return problem(Problems.bodyTooLarge, `the request body is larger than this route's limit of ${b.limit} bytes`, 'rejected', { close: true });
+  },
+};
 
 export type BodyResult =
   | { readonly kind: 'ok'; readonly body: Buffer }

@@ -1,0 +1,67 @@
+// The faults of the request path, one class each with a stable `code`
+// (undici's UND_ERR_* habit). Each carries its **source** — who failed — and
+// whether the same request may be retried unchanged (pingora's habit): for
+// us that is the line between "release the key" and "store the outcome".
+// Expected outcomes (replay, conflict, mismatch) are values, never errors;
+// the one mapping from these errors to problem types is `problemFor` in
+// src/http/problems.ts. Configuration errors (src/config/errors.ts) and the
+// client library's errors (src/client/errors.ts) belong to other front doors.
+
+/** Who failed: the client's request, the upstream, the key store, or the proxy itself (a bug). */
+export type ErrorSource = 'client' | 'upstream' | 'store' | 'internal';
+
+/** When an upstream exchange failed, which decides the key's fate (docs/lifecycle.md, forward). */
+export type FailureKind = 'not_sent' | 'timeout' | 'reset';
+
+/** The key store cannot be reached, dropped the connection, or did not answer in time. */
+export class StoreUnavailableError extends Error {
+  readonly code = 'IDEMP_STORE_UNAVAILABLE';
+  readonly source: ErrorSource = 'store';
+  readonly retryable = true;
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'StoreUnavailableError';
+  }
+}
+
+/** A key was neither claimed nor readable after the claim's bounded attempts (rows vanishing under it). */
+export class ClaimRaceError extends Error {
+  readonly code = 'IDEMP_CLAIM_RACE';
+  readonly source: ErrorSource = 'store';
+  readonly retryable = true;
+  constructor(attempts: number) {
+    super(`key neither claimed nor readable after ${attempts} attempts`);
+    this.name = 'ClaimRaceError';
+  }
+}
+
+/** The upstream exchange failed; `kind` says when. */
+export class UpstreamError extends Error {
+  readonly source: ErrorSource = 'upstream';
+  constructor(readonly kind: FailureKind, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'UpstreamError';
+  }
+  get code(): string {
+    return this.kind === 'not_sent' ? 'IDEMP_UPSTREAM_UNREACHABLE' : this.kind === 'timeout' ? 'IDEMP_UPSTREAM_TIMEOUT' : 'IDEMP_UPSTREAM_RESET';
+  }
+  /** Only a request that never reached the upstream may be sent again as if new; otherwise the stored answer is replayed. */
+  get retryable(): boolean {
+    return this.kind === 'not_sent';
+  }
+}
+
+/** upstream.timeout ran out for the whole exchange (record mode's own timer). */
+export class TimeoutSignal extends Error {
+  readonly code = 'IDEMP_UPSTREAM_TIMEOUT';
+  constructor(ms: number) {
+    super(`the upstream did not answer within ${ms} ms`);
+    this.name = 'TimeoutSignal';
+  }
+}
+
+/** The source of any error: typed errors say it; anything else is a bug of the proxy's. */
+export function sourceOf(err: unknown): ErrorSource {
+  const s = (err as { source?: unknown } | null)?.source;
+  return s === 'client' || s === 'upstream' || s === 'store' || s === 'internal' ? s : 'internal';
+}

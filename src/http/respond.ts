@@ -1,0 +1,102 @@
+import { STATUS_CODES, type ServerResponse } from 'node:http';
+import type { StoredResponse } from '../store/records.js';
+import { PROBLEM_CONTENT_TYPE, Problems, problemBody, type ProblemDef } from './problems.js';
+
+// The one writer of the answers the proxy makes itself: problems (on a
+// response, or raw on a socket the HTTP parser refused), replays of stored
+// records, and the first answer of a stored problem record. Every one of them
+// carries X-Request-Id; every proxy-made problem carries Cache-Control:
+// no-store (docs/problems.md). Answers the upstream made are relayed by
+// src/proxy/, never written here.
+
+export interface ProblemOptions {
+  /** Overrides the catalogue status (mismatchStatus: 400). */
+  readonly status?: number;
+  /** Seconds; sent as Retry-After (at least 1). */
+  readonly retryAfterS?: number;
+  /** Connection: close after this answer (framing and body-size refusals). */
+  readonly close?: boolean;
+  readonly extra?: Record<string, unknown>;
+}
+
+/** A proxy-made problem on a response that has not started; one already under way is cut instead. */
+export function respondProblem(res: ServerResponse, p: ProblemDef, detail: string, requestId: string, opts: ProblemOptions = {}): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  const status = opts.status ?? p.status;
+  const body = JSON.stringify(problemBody(p, detail, requestId, status, opts.extra));
+  const headers = problemHeaders(Buffer.byteLength(body), requestId, opts);
+  res.writeHead(status, headers);
+  res.end(body);
+}
+
+/**
+ * The same problem as raw HTTP/1.1 bytes, for a socket Node's parser refused
+ * (there is no response object) or a CONNECT: always closes the connection.
+ */
+export function rawProblem(p: ProblemDef, detail: string, requestId: string): string {
+  const body = JSON.stringify(problemBody(p, detail, requestId));
+  const h = problemHeaders(Buffer.byteLength(body), requestId, { close: true });
+  let head = `HTTP/1.1 ${p.status} ${STATUS_CODES[p.status] ?? 'Error'}\r\n`;
+  for (let i = 0; i < h.length; i += 2) head += `${h[i]}: ${h[i + 1]}\r\n`;
+  return `${head}\r\n${body}`;
+}
+
+function problemHeaders(length: number, requestId: string, opts: ProblemOptions): string[] {
+  const h = ['content-type', PROBLEM_CONTENT_TYPE, 'content-length', String(length), 'x-request-id', requestId, 'cache-control', 'no-store'];
+  if (opts.retryAfterS !== undefined) h.push('retry-after', String(Math.max(1, Math.ceil(opts.retryAfterS))));
+  if (opts.close === true) h.push('connection', 'close');
+  return h;
+}
+
+/** The first answer of a record the proxy stored itself (a 502/504 problem record), as stored. */
+export function respondRecord(res: ServerResponse, record: StoredResponse, requestId: string): void {
+  const flat: string[] = [];
+  for (const [n, v] of record.headers) flat.push(n, v);
+  flat.push('content-length', String(record.body.length), 'x-request-id', requestId);
+  res.writeHead(record.status, flat);
+  res.end(record.body);
+}
+
+/**
+ * Headers that describe the original body and would be false for the small
+ * problem body that replaces it (a digest that does not match, a download
+ * file name for a JSON problem).
+ */
+const DESCRIBES_ORIGINAL_BODY: ReadonlySet<string> = new Set([
+  'content-type', 'content-encoding', 'content-md5', 'etag', 'content-range', 'content-disposition',
+  'digest', 'content-digest', 'repr-digest',
+]);
+
+/**
+ * A duplicate answered with the stored record: status, stored headers (several
+ * lines of one name stay several), body byte for byte, Idempotent-Replayed.
+ */
+export function respondReplay(res: ServerResponse, stored: StoredResponse, requestId: string): void {
+  const flat: string[] = [];
+  let body = stored.body;
+  if (stored.bodyRetained) {
+    for (const [name, value] of stored.headers) flat.push(name, value);
+  } else {
+    // The original body was over maxStoredResponseBytes: original status and
+    // headers, with a small problem body in place of the original one.
+    for (const [name, value] of stored.headers) {
+      if (!DESCRIBES_ORIGINAL_BODY.has(name)) flat.push(name, value);
+    }
+    flat.push('content-type', PROBLEM_CONTENT_TYPE);
+    body = Buffer.from(JSON.stringify(problemBody(
+      Problems.bodyNotRetained,
+      `the original response body (${stored.bodySize} bytes) was larger than this route's maxStoredResponseBytes and was not retained; the operation was not run again`,
+      requestId,
+      stored.status,
+      { originalBodyBytes: stored.bodySize },
+    )));
+  }
+  // RFC 9110 §8.6: no Content-Length in a 204 or 304 (nor a body).
+  if (stored.status !== 204 && stored.status !== 304) flat.push('content-length', String(body.length));
+  flat.push('idempotent-replayed', 'true', 'x-request-id', requestId);
+  res.writeHead(stored.status, flat);
+  res.end(body);
+}

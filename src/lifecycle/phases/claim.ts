@@ -1,0 +1,119 @@
+import { randomUUID } from 'node:crypto';
+import { StoreUnavailableError } from '../../errors.js';
+import { Problems } from '../../http/problems.js';
+import type { ClaimOutcome, ClaimRequest } from '../../store/records.js';
+import type { RequestContext } from '../context.js';
+import type { LifecycleDeps } from '../deps.js';
+import { KeyHold } from '../hold.js';
+import { waiterId } from '../waiters.js';
+import { NEXT, problem, type Phase, type ProblemVerdict, type Verdict } from '../verdict.js';
+
+// Phase "claim": one statement (docs/storage.md) claims the key, or returns
+// the row another request holds. A duplicate is then decided in this order:
+// other fingerprint → mismatch; in flight, lease live → in flight (or, with
+// `onInFlight: wait`, wait for it); outcome_unknown; complete → replay. What
+// each of those answers is the route's strategy's (enforce or shadow).
+
+export const claimPhase: Phase = {
+  name: 'claim',
+  run: async (deps, ctx) => {
+    const plan = ctx.plan!;
+    const policy = plan.policy;
+    const req: ClaimRequest = {
+      tenantId: ctx.tenantId,
+      key: ctx.key!,
+      fingerprint: ctx.fingerprint,
+      ownerToken: randomUUID(),
+      leaseMs: policy.leaseMs,
+      ttlMs: policy.ttlMs,
+      onExpiredLease: policy.onExpiredLease,
+      route: plan.route.name,
+      method: ctx.method,
+      path: ctx.path,
+    };
+    ctx.claim = req;
+    const t0 = performance.now();
+    let outcome: ClaimOutcome;
+    try {
+      outcome = await deps.store.claim(req);
+    } catch (err) {
+      ctx.storeMs += performance.now() - t0;
+      deps.metrics.storeErrors.inc({ op: 'claim' });
+      if (!(err instanceof StoreUnavailableError)) throw err;
+      return plan.strategy.storeDown(ctx, err);
+    }
+    const ms = performance.now() - t0;
+    ctx.storeMs += ms;
+    deps.metrics.storeDuration.labels('claim').observe(ms / 1000);
+    if (outcome.kind === 'in_flight' && policy.onInFlight === 'wait' && plan.strategy.waits) {
+      outcome = await waitForFirst(deps, ctx, req, outcome);
+    }
+    return decide(deps, ctx, outcome);
+  },
+};
+
+function decide(deps: LifecycleDeps, ctx: RequestContext, outcome: ClaimOutcome): Verdict {
+  const plan = ctx.plan!;
+  switch (outcome.kind) {
+    case 'claimed':
+      ctx.ownerToken = ctx.claim!.ownerToken;
+      ctx.attempt = outcome.attempt;
+      if (outcome.attempt > 1) deps.metrics.leaseTakeovers.inc({ route: plan.route.name });
+      deps.cache?.rememberInFlight(ctx.tenantId, ctx.key!, ctx.fingerprint, Math.min(plan.policy.leaseMs, 5000), plan.policy.leaseMs);
+      ctx.hold = new KeyHold(deps, ctx);
+      return NEXT;
+    case 'complete':
+      return plan.strategy.answer(deps, ctx, { kind: 'replay', response: outcome.response, ttlLeftMs: outcome.ttlLeftMs }, 'replayed');
+    case 'in_flight':
+      return plan.strategy.answer(deps, ctx, inFlight(outcome.retryAfterS), 'conflict');
+    case 'mismatch':
+      return plan.strategy.answer(deps, ctx, problem(Problems.keyMismatch,
+        'this idempotency key was already used with a different request (method, path, query, selected headers or body); use a new key for a new operation',
+        'mismatch', { logDetail: null, status: plan.policy.mismatchStatus }), 'mismatch');
+    case 'outcome_unknown':
+      return plan.strategy.answer(deps, ctx, problem(Problems.outcomeUnknown,
+        'the proxy holding this key stopped before the upstream answered, and this route does not run an operation twice; an operator must check the upstream and resolve the key (idempotency-proxy keys show / keys purge)',
+        'conflict', { logDetail: 'outcome unknown' }), 'conflict');
+  }
+}
+
+/** 409 in-flight: the key is held by a request still running. */
+export function inFlight(retryAfterS: number): ProblemVerdict {
+  return problem(Problems.inFlight, 'a request with this idempotency key is still being processed; retry after the time in Retry-After',
+    'conflict', { logDetail: null, retryAfterS });
+}
+
+/**
+ * onInFlight: wait — claim again when this instance settles the key; a key
+ * held by another instance is checked at growing intervals (25 ms → 500 ms)
+ * with a plain read (no row lock, no write), and claimed again once the read
+ * shows it settled. No connection is held while waiting. After the route's
+ * waitTimeout (at most the lease): the usual 409. A key the first request
+ * released is claimed by the waiter, which then runs the operation itself. A
+ * store error while waiting ends the wait with the 409.
+ */
+async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: ClaimRequest, first: ClaimOutcome): Promise<ClaimOutcome> {
+  const deadline = performance.now() + ctx.plan!.policy.waitMs;
+  const id = waiterId(req.tenantId, req.key);
+  let outcome = first;
+  let step = 25;
+  while (outcome.kind === 'in_flight') {
+    const left = deadline - performance.now();
+    if (left <= 0) break;
+    const woken = await deps.waiters.wait(id, Math.min(step, left));
+    step = Math.min(step * 2, 500);
+    try {
+      if (!woken) {
+        const rec = await deps.store.get(req.tenantId, req.key);
+        if (rec !== null && !rec.expired && rec.state === 'in_flight' && !rec.leaseExpired) {
+          outcome = { kind: 'in_flight', retryAfterS: rec.retryAfterS };
+          continue;
+        }
+      }
+      outcome = await deps.store.claim(req);
+    } catch {
+      break; // keep the last answer: 409
+    }
+  }
+  return outcome;
+}

@@ -1,0 +1,135 @@
+import { StoreUnavailableError, type UpstreamError } from '../../errors.js';
+import { Problems, problemRecord, upstreamProblem } from '../../http/problems.js';
+import type { Recording } from '../../proxy/record-handler.js';
+import type { StoredResponse } from '../../store/records.js';
+import type { RequestContext } from '../context.js';
+import type { LifecycleDeps } from '../deps.js';
+import { DONE, problem, type Phase, type Verdict } from '../verdict.js';
+
+// Phase "commit | release": what the upstream exchange binds to the key.
+// An answer is committed as the key's record (fenced by the owner token)
+// before the client gets its held-back last chunk; a failure is classified by
+// when it happened: not sent → released; sent with an unknown outcome →
+// a 502/504 problem stored (onUnknownOutcome: store) or the key released.
+
+// A store outage during the commit: the upstream has already run, so the
+// record is worth waiting for. Nobody can take the key over while the store
+// is down, and the commit is fenced by the owner token, so retrying is safe
+// for as long as the lease would have held the key (at least 30 s); giving
+// up early loses the record and lets a retry run the operation again.
+const COMMIT_BACKOFF_MS = [100, 200, 400, 800];
+const COMMIT_BACKOFF_MAX_MS = 1000;
+const COMMIT_PATIENCE_MIN_MS = 30_000;
+
+export const commitPhase: Phase = {
+  name: 'commit',
+  run: async (deps, ctx) => {
+    const recording = ctx.exchange!;
+    const error = ctx.upstreamError;
+    if (ctx.released) {
+      // A releaseOn answer, relayed after the release: nothing to record.
+      if (error !== null && !recording.started) return upstreamFailed(ctx, error);
+      return DONE;
+    }
+    if (error === null) return commit(deps, ctx, record(ctx, recording), recording.last);
+    if (recording.statusCode === 0) return failedBeforeResponse(deps, ctx, error);
+    // The body broke off after the status line: the outcome is unknown.
+    ctx.outcome = 'upstream_error';
+    ctx.detail = error.message;
+    ctx.res.destroy();
+    if (ctx.plan!.policy.onUnknownOutcome === 'release') {
+      await release(deps, ctx);
+      return DONE;
+    }
+    // A body cut by upstream.timeout is a timeout (504), any other break a reset (502).
+    return commit(deps, ctx, problemRecord(upstreamProblem(error), error.message, ctx.requestId), null);
+  },
+};
+
+/** The replay record of a completed exchange: the stored headers (lower-case names) and the body, if retained. */
+function record(ctx: RequestContext, recording: Recording): StoredResponse {
+  const headers = recording.headers!;
+  const storeHeader = ctx.plan!.route.storeHeader;
+  const stored: Array<[string, string]> = [];
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i]!.toLowerCase();
+    if (storeHeader(name)) stored.push([name, headers[i + 1]!]);
+  }
+  return { status: recording.statusCode, headers: stored, body: recording.body(), bodyRetained: recording.retained, bodySize: recording.size };
+}
+
+function upstreamFailed(ctx: RequestContext, e: UpstreamError): Verdict {
+  ctx.source = 'upstream';
+  return problem(upstreamProblem(e), e.message, 'upstream_error');
+}
+
+async function failedBeforeResponse(deps: LifecycleDeps, ctx: RequestContext, e: UpstreamError): Promise<Verdict> {
+  if (e.kind === 'not_sent' || ctx.plan!.policy.onUnknownOutcome === 'release') {
+    await release(deps, ctx);
+    return upstreamFailed(ctx, e);
+  }
+  // Sent, outcome unknown, policy store: the answer is bound to the key, so a
+  // retry gets the same 502/504 and the operation never runs twice silently.
+  ctx.outcome = 'upstream_error';
+  ctx.detail = e.message;
+  const p = upstreamProblem(e);
+  ctx.status = p.status;
+  return commit(deps, ctx, problemRecord(p, e.message, ctx.requestId), null);
+}
+
+/**
+ * Commits the record (retrying a store outage for a while: the upstream has
+ * already run), then says how the client's response ends. If the record
+ * cannot be committed the client never gets a complete response.
+ */
+async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredResponse, last: Buffer | null): Promise<Verdict> {
+  const claim = ctx.claim!;
+  const t0 = performance.now();
+  const giveUpAt = t0 + Math.max(claim.leaseMs, COMMIT_PATIENCE_MIN_MS);
+  let outcome;
+  for (let i = 0; ; i++) {
+    try {
+      outcome = await deps.store.commit({ tenantId: claim.tenantId, key: claim.key, ownerToken: claim.ownerToken, response: rec });
+      break;
+    } catch (err) {
+      deps.metrics.storeErrors.inc({ op: 'commit' });
+      const outage = err instanceof StoreUnavailableError;
+      if (!outage || performance.now() >= giveUpAt) {
+        ctx.storeMs += performance.now() - t0;
+        ctx.source = outage ? 'store' : 'internal';
+        deps.logger.error({ requestId: ctx.requestId, err: (err as Error).message }, 'commit failed; the client gets no complete response');
+        return { kind: 'cut', outcome: outage ? 'store_error' : 'internal_error', detail: `record could not be committed: ${(err as Error).message}` };
+      }
+      await new Promise((r) => setTimeout(r, COMMIT_BACKOFF_MS[i] ?? COMMIT_BACKOFF_MAX_MS));
+    }
+  }
+  const ms = performance.now() - t0;
+  ctx.storeMs += ms;
+  deps.metrics.storeDuration.labels('commit').observe(ms / 1000);
+  if (!outcome.committed) {
+    // Our lease was taken over: the record is someone else's now.
+    deps.metrics.leaseLost.inc({ route: claim.route });
+    ctx.source = 'store';
+    return { kind: 'cut', outcome: 'store_error', detail: 'lease was taken over before the commit; response withheld' };
+  }
+  deps.cache?.rememberComplete(claim.tenantId, claim.key, ctx.fingerprint, rec, outcome.ttlLeftMs);
+  // A stored problem (502/504) has not been answered yet: it is answered as recorded.
+  if (last === null && !ctx.res.headersSent) return { kind: 'record', response: rec };
+  return { kind: 'end', last };
+}
+
+/** Frees the key (fenced by the owner token), so a retry runs again. A failed release leaves it claimed until its lease ends. */
+export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise<void> {
+  const claim = ctx.claim!;
+  ctx.released = true;
+  const t0 = performance.now();
+  try {
+    await deps.store.release(claim.tenantId, claim.key, claim.ownerToken);
+    deps.cache?.forget(claim.tenantId, claim.key);
+  } catch (err) {
+    deps.metrics.storeErrors.inc({ op: 'release' });
+    deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release failed; key stays claimed until its lease ends');
+  } finally {
+    ctx.storeMs += performance.now() - t0;
+  }
+}

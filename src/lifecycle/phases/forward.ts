@@ -1,0 +1,58 @@
+import type { UpstreamError } from '../../errors.js';
+import { recordUpstream, type Recorder, type Recording } from '../../proxy/record-handler.js';
+import type { RequestContext } from '../context.js';
+import type { LifecycleDeps } from '../deps.js';
+import { NEXT, type Phase, type Verdict } from '../verdict.js';
+import { release } from './commit.js';
+
+// Phase "forward", for a request that owns its key: the buffered request
+// goes upstream and the answer streams to the client as it arrives, recorded
+// (src/proxy/record-handler.ts), its last chunk held back for the commit. An
+// answer with a releaseOn status (401, 403, 429 by default) is not bound: the
+// key is released before the client sees a byte of it, then it is relayed
+// unrecorded. The phase ends when the exchange does; the commit phase decides
+// what the outcome binds.
+
+export const forwardPhase: Phase = {
+  name: 'forward',
+  run: (deps, ctx) => new Promise<Verdict>((resolve, reject) => {
+    const policy = ctx.plan!.policy;
+    recordUpstream(deps.upstream, ctx.req, ctx.body, ctx.res, new Forwarding(deps, ctx, resolve, reject), {
+      limit: policy.maxStoredResponseBytes,
+      timeoutMs: deps.upstream.timeoutMs,
+    });
+  }),
+};
+
+class Forwarding implements Recorder {
+  private readonly t0 = performance.now();
+
+  constructor(
+    private readonly deps: LifecycleDeps,
+    private readonly ctx: RequestContext,
+    private readonly resolve: (v: Verdict) => void,
+    private readonly reject: (err: unknown) => void,
+  ) {}
+
+  head(recording: Recording, statusCode: number): boolean {
+    const ctx = this.ctx;
+    ctx.status = statusCode;
+    if (!ctx.plan!.route.releases(statusCode)) {
+      ctx.outcome = 'executed';
+      return true;
+    }
+    // Rejected before the handler ran: not bound. The key is free before the client sees the answer.
+    ctx.outcome = 'rejected';
+    release(this.deps, ctx).then(() => recording.proceed(), this.reject);
+    return false;
+  }
+
+  end(recording: Recording, error: UpstreamError | null): void {
+    // The upstream exchange ends when its body does: the commit after it is store time.
+    const ctx = this.ctx;
+    ctx.upstreamMs = performance.now() - this.t0;
+    ctx.exchange = recording;
+    ctx.upstreamError = error;
+    this.resolve(NEXT);
+  }
+}

@@ -1,0 +1,44 @@
+import type { RoutePolicy } from '../config/types.js';
+import type { CompiledRoute, Router } from '../policy/router.js';
+import { claimPhase } from './phases/claim.js';
+import { commitPhase } from './phases/commit.js';
+import { bodyPhase } from './phases/body.js';
+import { forwardPhase } from './phases/forward.js';
+import { identifyPhase } from './phases/identify.js';
+import { lookasidePhase } from './phases/lookaside.js';
+import { enforce, shadow, type Strategy } from './strategy.js';
+import type { Phase } from './verdict.js';
+
+// Routes compiled into what the request path runs: the phases after route,
+// and the strategy (enforce or shadow) that decides what a refusal or a
+// duplicate's answer becomes. Built at start-up and on reload, never per
+// request: a feature a route does not use costs nothing on its path.
+
+export interface RoutePlan {
+  readonly route: CompiledRoute;
+  readonly policy: RoutePolicy;
+  readonly strategy: Strategy;
+  /** The phases after route, in order; the last one always answers. */
+  readonly phases: readonly Phase[];
+}
+
+export class Plans {
+  private readonly byRoute = new Map<CompiledRoute, RoutePlan>();
+
+  constructor(readonly router: Router, opts: { readonly cache: boolean }) {
+    for (const route of router.routes) {
+      if (!route.idempotent) continue;
+      // Shadow routes skip the lookaside: every request of theirs is claimed and recorded.
+      const lookaside = opts.cache && !route.shadow;
+      const phases = lookaside
+        ? [bodyPhase, identifyPhase, lookasidePhase, claimPhase, forwardPhase, commitPhase]
+        : [bodyPhase, identifyPhase, claimPhase, forwardPhase, commitPhase];
+      this.byRoute.set(route, { route, policy: route.policy, strategy: route.shadow ? shadow : enforce, phases });
+    }
+  }
+
+  /** The plan of an idempotent route, or null: forwarded untouched. */
+  of(route: CompiledRoute): RoutePlan | null {
+    return this.byRoute.get(route) ?? null;
+  }
+}

@@ -1,0 +1,55 @@
+import { respondProblem, respondRecord, respondReplay } from '../http/respond.js';
+import type { RequestContext } from './context.js';
+import type { LifecycleDeps } from './deps.js';
+import { passThroughAsync } from './passthrough.js';
+import type { Verdict } from './verdict.js';
+
+// Phase "respond": carries out the verdict that answered the request, and
+// says on the context what the request's log line and metrics report. The
+// bytes are written by src/http/respond.ts (the proxy's own answers) or
+// relayed by src/proxy/ (the upstream's).
+
+export function respond(deps: LifecycleDeps, ctx: RequestContext, v: Verdict): Promise<void> | void {
+  const res = ctx.res;
+  switch (v.kind) {
+    case 'problem':
+      ctx.outcome = v.outcome;
+      ctx.status = v.status ?? v.problem.status;
+      ctx.detail = v.logDetail;
+      respondProblem(res, v.problem, v.detail, ctx.requestId, v);
+      return;
+    case 'replay':
+      ctx.outcome = 'replayed';
+      ctx.status = v.response.status;
+      respondReplay(res, v.response, ctx.requestId);
+      // Served from PostgreSQL (the cache missed): put the record back.
+      if (v.ttlLeftMs !== undefined) deps.cache?.refill(ctx.tenantId, ctx.key!, ctx.fingerprint, v.response, v.ttlLeftMs);
+      return;
+    case 'record':
+      ctx.status = v.response.status;
+      if (!res.destroyed) respondRecord(res, v.response, ctx.requestId);
+      return;
+    case 'end':
+      if (res.destroyed) return;
+      if (v.last !== null) res.end(v.last);
+      else res.end();
+      return;
+    case 'forward':
+      return forward(deps, ctx, v.outcome);
+    case 'cut':
+      ctx.outcome = v.outcome;
+      ctx.detail = v.detail;
+      res.destroy();
+      return;
+    case 'done':
+    case 'next':
+      return;
+  }
+}
+
+async function forward(deps: LifecycleDeps, ctx: RequestContext, outcome: 'passthrough' | 'store_error'): Promise<void> {
+  ctx.outcome = outcome;
+  await passThroughAsync(deps, ctx, ctx.body);
+  // A store outage stays the request's outcome, whatever the upstream answered.
+  if (outcome === 'store_error') ctx.outcome = outcome;
+}

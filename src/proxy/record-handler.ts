@@ -1,0 +1,232 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
+import { TimeoutSignal, type UpstreamError } from '../errors.js';
+import { dispatch } from './forward.js';
+import { clientResponseHeadersRaw } from './headers.js';
+import { RelayHandler, type RelaySink } from './relay-handler.js';
+import { classify, type Upstream } from './upstream.js';
+
+// The record handler: an undici dispatch handler for a request that owns its
+// key. The answer streams to the client as it arrives while its body is
+// collected for the record (up to a limit), and its last chunk is held back:
+// the Recorder ends the client's response, after the commit. A client that
+// leaves changes nothing: the exchange runs to its end. upstream.timeout
+// bounds the whole exchange: undici's headers timeout, then a timer for the
+// rest. An answer the recorder does not record (a releaseOn status) waits,
+// unread, until the recorder calls proceed(); the rest then goes through a
+// RelayHandler, unrecorded.
+
+/** What a recorded exchange holds, for its Recorder. */
+export interface Recording {
+  /** The upstream's final status, 0 until it arrived. */
+  readonly statusCode: number;
+  /** The response headers as sent to the client (hop-by-hop removed), flat [name, value, …]. */
+  readonly headers: readonly string[] | null;
+  /** The status line went to the client. */
+  readonly started: boolean;
+  /** Bytes of body received. */
+  readonly size: number;
+  /** The body was collected whole (it stayed within the limit). */
+  readonly retained: boolean;
+  /** The held-back last chunk. */
+  readonly last: Buffer | null;
+  /** The collected body (empty if it was not retained). */
+  body(): Buffer;
+  /** After head() answered false: streams the rest unrecorded; the handler ends the client's response. */
+  proceed(): void;
+}
+
+/** The owner of a recorded exchange. */
+export interface Recorder {
+  /**
+   * The final status line arrived; nothing has gone to the client yet.
+   * True: the response streams to the client and is recorded. False: the
+   * upstream is not read until the recorder calls `recording.proceed()`.
+   */
+  head(recording: Recording, statusCode: number): boolean;
+  /**
+   * Called once, when the exchange is over. `error` null: the body is
+   * complete and its last chunk held back; the client's response is not
+   * ended (unless the exchange was proceed()ed). Otherwise the upstream
+   * failed and the client's response is left as it is: `statusCode` and
+   * `started` tell how far the exchange had got.
+   */
+  end(recording: Recording, error: UpstreamError | null): void;
+}
+
+export interface RecordOptions {
+  /** Body bytes kept for the record (maxStoredResponseBytes). */
+  readonly limit: number;
+  /** upstream.timeout: the whole exchange. */
+  readonly timeoutMs: number;
+  /** Headers the proxy adds to the upstream request, [name, value, …]. */
+  readonly extraHeaders?: readonly string[] | null;
+}
+
+const EMPTY = Buffer.alloc(0);
+
+/** After proceed(): the relay's one report ends the recorded exchange. */
+const RELAYED: RelaySink<RecordHandler> = {
+  head: () => {},
+  end: (h, error) => h.relayEnded(error),
+};
+
+function timedOut(h: RecordHandler): void {
+  h.timer = null;
+  h.abortWith(new TimeoutSignal(h.timeoutMs));
+}
+
+export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
+  timer: NodeJS.Timeout | null = null;
+  statusCode = 0;
+  headers: string[] | null = null;
+  size = 0;
+  last: Buffer | null = null;
+  readonly timeoutMs: number;
+  private readonly limit: number;
+  private readonly sentAt = performance.now();
+  private written = false;
+  private abort: ((err?: Error) => void) | null = null;
+  private chunks: Buffer[] | null = null; // the body so far, null once past the limit
+  private resume: (() => void) | null = null;
+  private unpause: (() => void) | null = null;
+  private ended = false;
+  private paused = false; // waiting for the recorder's proceed()
+  private failure: Error | null = null; // an error that arrived while paused
+  private relay: RelayHandler<RecordHandler> | null = null; // after proceed()
+
+  constructor(private readonly res: ServerResponse, private readonly recorder: Recorder, opts: RecordOptions) {
+    this.limit = opts.limit;
+    this.timeoutMs = opts.timeoutMs;
+  }
+
+  get started(): boolean {
+    return this.relay !== null ? this.relay.started : this.written;
+  }
+
+  get retained(): boolean {
+    return this.chunks !== null;
+  }
+
+  body(): Buffer {
+    const chunks = this.chunks;
+    if (chunks === null || chunks.length === 0) return EMPTY;
+    return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, this.size);
+  }
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abort = abort;
+  }
+
+  abortWith(err: Error): void {
+    const abort = this.abort;
+    if (abort !== null) abort(err);
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    if (statusCode < 200) return true; // 1xx: the final answer follows
+    if (this.ended) return false;
+    this.statusCode = statusCode;
+    this.resume = resume;
+    this.headers = clientResponseHeadersRaw(rawHeaders);
+    const left = this.timeoutMs - (performance.now() - this.sentAt);
+    this.timer = setTimeout(timedOut, left > 1 ? left : 1, this);
+    if (!this.recorder.head(this, statusCode)) {
+      this.paused = true;
+      return false;
+    }
+    this.chunks = [];
+    const res = this.res;
+    if (!res.destroyed) {
+      this.written = true;
+      res.writeHead(statusCode, this.headers);
+    }
+    return true;
+  }
+
+  proceed(): void {
+    this.paused = false;
+    const failure = this.failure;
+    if (failure !== null) {
+      this.failure = null;
+      this.finish();
+      this.recorder.end(this, classify(failure));
+      return;
+    }
+    if (this.ended) return;
+    const relay = (this.relay = new RelayHandler(this.res, RELAYED, this));
+    relay.onConnect(this.abort!);
+    let relayed: boolean;
+    try {
+      relayed = relay.start(this.statusCode, this.headers!, this.resume!);
+    } catch (err) {
+      // writeHead refused the upstream's headers: a failed exchange, reported through onError.
+      this.abort!(err as Error);
+      return;
+    }
+    if (relayed) this.resume!();
+  }
+
+  onData(chunk: Buffer): boolean {
+    if (this.relay !== null) return this.relay.onData(chunk);
+    if (this.ended) return false;
+    const size = (this.size += chunk.length);
+    const chunks = this.chunks;
+    if (chunks !== null) {
+      if (size <= this.limit) chunks.push(chunk);
+      else this.chunks = null;
+    }
+    const prev = this.last;
+    this.last = chunk;
+    const res = this.res;
+    if (prev === null || res.destroyed || res.write(prev)) return true;
+    // Wait for the client to drain, or to leave (then the rest is only recorded).
+    const unpause = (this.unpause ??= () => {
+      res.off('drain', unpause).off('close', unpause);
+      if (!this.ended) this.resume!();
+    });
+    res.on('drain', unpause).on('close', unpause);
+    return false;
+  }
+
+  onComplete(): void {
+    if (this.relay !== null) return this.relay.onComplete();
+    if (this.ended) return;
+    this.finish();
+    this.recorder.end(this, null);
+  }
+
+  onError(err: Error): void {
+    if (this.relay !== null) return this.relay.onError(err);
+    if (this.ended) return;
+    if (this.paused) {
+      this.failure ??= err; // reported when the recorder proceeds
+      return;
+    }
+    this.finish();
+    this.recorder.end(this, classify(err));
+  }
+
+  /** The relay that took over after proceed() is done. */
+  relayEnded(error: UpstreamError | null): void {
+    this.finish();
+    this.recorder.end(this, error);
+  }
+
+  private finish(): void {
+    this.ended = true;
+    const timer = this.timer;
+    if (timer !== null) {
+      this.timer = null;
+      clearTimeout(timer);
+    }
+  }
+}
+
+/**
+ * Forwards `req` with its buffered body and streams the answer into `res`
+ * while recording it; the recorder ends the response.
+ */
+export function recordUpstream(upstream: Upstream, req: IncomingMessage, body: Buffer, res: ServerResponse, recorder: Recorder, opts: RecordOptions): void {
+  dispatch(upstream, req, body, opts.extraHeaders ?? null, new RecordHandler(res, recorder, opts));
+}
