@@ -82,6 +82,27 @@ async function load(origin: string, connections: number, prefix: string, keyOf: 
   return { p50: q(0.5), p90: q(0.9), rps: Math.round(lat.length / seconds), errors };
 }
 
+const INSTANCES = (process.env.BENCH_CITUS_INSTANCES ?? '').split(',').filter(Boolean).map(Number);
+
+/** New keys at 50 connections spread over 1, 2, 3… proxies on the one plain database. */
+async function instanceCurve(config: string, upstream: string, url: string, children: ChildProcess[]): Promise<void> {
+  const origins: string[] = [];
+  for (let n = 1; n <= Math.max(...INSTANCES); n++) {
+    const p = await startChild([path.join(DIST, 'src/main.js'), 'serve', '--config', config, '--database-url', url],
+      { BENCH_UPSTREAM_URL: upstream }, /proxy listening/);
+    children.push(p.child);
+    origins.push((JSON.parse(p.line) as { url: string }).url);
+  }
+  for (let rep = 0; rep < REPS; rep++) {
+    for (const n of INSTANCES) {
+      const per = Math.round(50 / n);
+      const samples = await Promise.all(origins.slice(0, n).map((o, j) => load(o, per, `i${n}-${rep}-${j}`, (i) => i, SECONDS)));
+      const rps = samples.reduce((a, s) => a + s.rps, 0);
+      process.stdout.write(`${JSON.stringify({ instances: n, rep, rps, p50: median(samples.map((s) => s.p50)), errors: samples.reduce((a, s) => a + s.errors, 0) })}\n`);
+    }
+  }
+}
+
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function main(): Promise<void> {
@@ -112,6 +133,10 @@ async function main(): Promise<void> {
       (results[side]![what] ??= []).push(s);
       process.stderr.write(`${side} ${what} ${JSON.stringify(s)}\n`);
     };
+    if (INSTANCES.length > 0) {
+      await instanceCurve(config, upstream, plainUrl, children);
+      return;
+    }
     for (let rep = 0; rep < REPS; rep++) {
       for (const side of rep % 2 === 0 ? ['plain', 'citus'] : ['citus', 'plain']) {
         const origin = proxies[side]!;

@@ -59,7 +59,8 @@ async function initNode(bin: string, root: string, name: string): Promise<Node> 
   appendFileSync(path.join(dir, 'postgresql.conf'), [
     `port = ${port}`, "listen_addresses = '127.0.0.1'", `unix_socket_directories = '${root}'`,
     "shared_preload_libraries = 'citus'", 'citus.enable_statistics_collection = off',
-    'max_connections = 300', 'fsync = off', 'synchronous_commit = off', 'full_page_writes = off',
+    // Durability off unless CITUS_FSYNC=on (the benchmark's durable run).
+    'max_connections = 300', ...(process.env.CITUS_FSYNC === 'on' ? [] : ['fsync = off', 'synchronous_commit = off', 'full_page_writes = off']),
     'shared_buffers = 64MB', 'max_prepared_transactions = 100', '',
   ].join('\n'));
   return { dir, port };
