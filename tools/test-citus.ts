@@ -9,6 +9,7 @@ import { HOW_TO_GET_CITUS, startCitusCluster } from './citus-cluster.js';
 const TESTS = [
   'test/store/key-store.test.js',
   'test/store/statement-plans.test.js',
+  'test/store/migrate.test.js',
   'test/core/concurrency.test.js',
   'test/core/store-contention.test.js',
   'test/core/replay.test.js',
