@@ -131,15 +131,21 @@ export class KeyStore {
   }
 
   /**
-   * One batch of claims: a found read and, for the keys that need it, one
-   * insert per tenant (each statement touches one tenant: one shard on
-   * Citus; the tenants of a batch run side by side). Requests for a key
+   * One batch of claims, per tenant: an insert of the new keys, then for the
+   * others a found read and, where needed, a takeover (each statement
+   * touches one tenant: one shard on Citus; the tenants of a batch run side
+   * by side). Requests for a key
    * already in the batch (a retry storm) are not sent: they get their answer
    * from the first one's row — a key this batch claimed is in flight for
    * them — so a storm of N duplicates costs one round trip, not N.
    */
   private async runClaims(items: readonly ClaimRequest[]): Promise<RawClaim[]> {
     const n = items.length;
+    if (n === 1) {
+      const c = items[0]!;
+      this.onBatch?.('claim', 1);
+      return [rawFromRow((await claimTenant(this.db, c.tenantId, items, this.singleRow))[0]!, c.fingerprint)];
+    }
     const firstOf = new Map<string, number>();
     const tenants = new Map<string, number[]>();
     for (let i = 0; i < n; i++) {
