@@ -130,6 +130,10 @@ async function main(): Promise<void> {
       children.push(p.child);
       proxies[name] = (JSON.parse(p.line) as { url: string }).url;
     }
+    if (INSTANCES.length > 0) {
+      await instanceCurve(config, upstream, plainUrl, children);
+      return;
+    }
     // Short windows, the two sides alternating: both see the same load from
     // the rest of the machine (a shared 2-core VM's load moves within seconds).
     const scenarios: Array<[string, number, (rep: number) => string, (i: number) => number]> = [
