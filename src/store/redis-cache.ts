@@ -1,61 +1,19 @@
-import { createHash } from 'node:crypto';
-import path from 'node:path';
-import { Redis } from 'ioredis';
-import type { Counter } from 'prom-client';
+import type { Redis } from 'ioredis';
 import { maskUrl } from '../config/mask.js';
-import type { StoreConfig } from '../config/types.js';
 import type { Logger } from '../log/logger.js';
-import type { Metrics } from '../metrics/metrics.js';
 import type { CacheHit, ReplayCache } from './cache.js';
 import { cacheKey, decode, encodeComplete, encodeInFlight } from './cache-codec.js';
 import { CircuitBreaker } from './circuit-breaker.js';
 import { Batcher } from './batcher.js';
 import type { StoredResponse } from './records.js';
+import { cacheCounts, cacheSettings, createRedisClient, type CacheCounts, type RedisCacheDeps, type RedisCacheOptions } from './redis-options.js';
 
-// The Redis lookaside cache (SPEC §3, docs/cache.md). It may make the proxy
+export { CACHE_DEFAULTS, defaultCachePrefix, type RedisCacheDeps, type RedisCacheOptions, type RedisCacheTuning } from './redis-options.js';
+
+// The Redis lookaside cache (docs/cache.md). It may make the proxy
 // faster, never change a decision: every failure is a miss (lookup) or a
 // dropped write, counted, and a breaker stops asking a Redis that keeps
 // failing. Nothing here throws into the request lifecycle.
-
-export interface RedisCacheOptions {
-  readonly url: string;
-  /** Key prefix; must not contain `{` or `}` (the tenant is the hash tag). Default: defaultCachePrefix(). */
-  readonly prefix?: string;
-  /** Client-side bound on every Redis command. */
-  readonly commandTimeoutMs?: number;
-  readonly connectTimeoutMs?: number;
-  /** Cap on a completed record's TTL (it is also never longer than the row's retention). */
-  readonly maxTtlMs?: number;
-  /** Cap on an in-flight marker's TTL (it is also never longer than the lease). */
-  readonly maxInFlightTtlMs?: number;
-  /** Bodies larger than this are not cached (replays of them come from PostgreSQL). */
-  readonly maxBodyBytes?: number;
-  readonly breakerThreshold?: number;
-  readonly breakerCoolDownMs?: number;
-  /** ioredis enableAutoPipelining: batches commands issued in one tick. */
-  readonly autoPipelining?: boolean;
-}
-
-export type RedisCacheTuning = Omit<RedisCacheOptions, 'url'>;
-
-export interface RedisCacheDeps {
-  readonly metrics: Metrics;
-  readonly logger?: Logger;
-  /** Wall clock (epoch ms) used for the validity stamps in values. */
-  readonly now?: () => number;
-}
-
-export const CACHE_DEFAULTS = Object.freeze({
-  prefix: 'idem:',
-  commandTimeoutMs: 50,
-  connectTimeoutMs: 1000,
-  maxTtlMs: 3_600_000,
-  maxInFlightTtlMs: 5000,
-  maxBodyBytes: 512 * 1024,
-  breakerThreshold: 5,
-  breakerCoolDownMs: 1000,
-  autoPipelining: false,
-});
 
 /**
  * Taken off a completed record's remaining retention: the commit's answer
@@ -82,10 +40,7 @@ export class RedisCache implements ReplayCache {
   private readonly maxBodyBytes: number;
   private readonly now: () => number;
   private readonly logger: Logger | undefined;
-  private readonly hit: Counter.Internal;
-  private readonly miss: Counter.Internal;
-  private readonly error: Counter.Internal;
-  private readonly skipped: Counter.Internal;
+  private readonly counts: CacheCounts;
   /** After a failed marker DEL: in-flight markers are misses until then. */
   private markersDistrustedUntil = 0;
   private readonly timers = new Set<NodeJS.Timeout>();
@@ -97,7 +52,7 @@ export class RedisCache implements ReplayCache {
   private readonly lookups: Batcher<string, Buffer | null>;
 
   constructor(opts: RedisCacheOptions, deps: RedisCacheDeps) {
-    const o = { ...CACHE_DEFAULTS, ...stripUndefined(opts) };
+    const o = cacheSettings(opts);
     if (/[{}]/.test(o.prefix)) throw new Error(`cache prefix ${JSON.stringify(o.prefix)} must not contain "{" or "}"`);
     for (const [name, v] of [['commandTimeoutMs', o.commandTimeoutMs], ['maxTtlMs', o.maxTtlMs], ['maxInFlightTtlMs', o.maxInFlightTtlMs]] as const) {
       if (!(v > 0)) throw new RangeError(`cache ${name} must be > 0`);
@@ -109,10 +64,7 @@ export class RedisCache implements ReplayCache {
     this.now = deps.now ?? Date.now;
     this.logger = deps.logger;
     const { metrics } = deps;
-    this.hit = metrics.cache.labels('hit');
-    this.miss = metrics.cache.labels('miss');
-    this.error = metrics.cache.labels('error');
-    this.skipped = metrics.cache.labels('skipped');
+    this.counts = cacheCounts(metrics);
     metrics.cacheBreakerOpen.set(0);
     const where = maskUrl(opts.url);
     this.breaker = new CircuitBreaker({
@@ -129,26 +81,14 @@ export class RedisCache implements ReplayCache {
     });
     this.ok = () => this.breaker.success();
     this.failed = (err) => {
-      this.error.inc();
+      this.counts.error.inc();
       this.breaker.failure();
       if (!this.errorLogged && !this.closed) {
         this.errorLogged = true;
         this.logger?.warn({ redis: where, err: (err as Error)?.message }, 'redis cache command failed (further failures are counted, not logged, until it is back)');
       }
     };
-    this.client = new Redis(opts.url, {
-      commandTimeout: o.commandTimeoutMs,
-      connectTimeout: o.connectTimeoutMs,
-      // Never queue while disconnected and never retry a command: a cache
-      // answer that comes late is worth nothing.
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      autoResendUnfulfilledCommands: false,
-      enableAutoPipelining: o.autoPipelining,
-      // Reconnect for ever, quickly: recovery is automatic.
-      retryStrategy: (times) => Math.min(100 * times, 1000),
-      connectionName: 'idempotency-proxy',
-    });
+    this.client = createRedisClient(opts.url, o);
     this.lookups = new Batcher({
       run: (keys) => this.client.mgetBuffer(keys as string[]),
       maxBatch: LOOKUP_BATCH,
@@ -193,7 +133,7 @@ export class RedisCache implements ReplayCache {
 
   async lookup(tenantId: string, key: string): Promise<CacheHit | null> {
     if (!this.breaker.allow()) {
-      this.skipped.inc();
+      this.counts.skipped.inc();
       return null;
     }
     let value: Buffer | null;
@@ -205,16 +145,16 @@ export class RedisCache implements ReplayCache {
     }
     this.breaker.success();
     if (value === null) {
-      this.miss.inc();
+      this.counts.miss.inc();
       return null;
     }
     const now = this.now();
     const hit = decode(value, now);
     if (hit === null || (hit.kind === 'in_flight' && now < this.markersDistrustedUntil)) {
-      this.miss.inc();
+      this.counts.miss.inc();
       return null;
     }
-    this.hit.inc();
+    this.counts.hit.inc();
     return hit;
   }
 
@@ -241,7 +181,7 @@ export class RedisCache implements ReplayCache {
     // A record the cache cannot hold stays a PostgreSQL replay: no command.
     if (value === null) return;
     if (!this.breaker.allow()) {
-      this.skipped.inc();
+      this.counts.skipped.inc();
       return;
     }
     // A plain SET, as after a commit: the row is complete, and a marker a
@@ -269,7 +209,7 @@ export class RedisCache implements ReplayCache {
     const ttl = Math.floor(Math.min(ttlMs, lease, this.maxInFlightTtlMs));
     if (!(ttl >= 1)) return;
     if (!this.breaker.allow()) {
-      this.skipped.inc();
+      this.counts.skipped.inc();
       return;
     }
     const now = this.now();
@@ -323,7 +263,7 @@ export class RedisCache implements ReplayCache {
   private del(k: string, attempt: number): void {
     if (this.closed) return;
     if (!this.breaker.allow()) {
-      this.skipped.inc();
+      this.counts.skipped.inc();
       this.distrustMarkers();
       return;
     }
@@ -344,26 +284,6 @@ export class RedisCache implements ReplayCache {
   private distrustMarkers(): void {
     this.markersDistrustedUntil = this.now() + this.maxInFlightTtlMs;
   }
-}
-
-/**
- * The default key prefix: `idem:` and a short id of the PostgreSQL database
- * (host, port, database name; never the credentials), so two deployments
- * that share one Redis never share cache entries, while every instance of
- * one deployment does.
- */
-export function defaultCachePrefix(store: Pick<StoreConfig, 'postgres' | 'dataDir'>): string {
-  let identity: string;
-  if (store.postgres === null) identity = `embedded:${path.resolve(store.dataDir)}`;
-  else {
-    try {
-      const u = new URL(store.postgres);
-      identity = `${u.hostname}:${u.port || '5432'}${u.pathname}`;
-    } catch {
-      identity = 'postgres';
-    }
-  }
-  return `idem:${createHash('sha256').update(identity).digest('hex').slice(0, 8)}:`;
 }
 
 export function createRedisCache(opts: RedisCacheOptions, deps: RedisCacheDeps): RedisCache {
