@@ -84,6 +84,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     if (config.store.migrate) {
       const m = await migrate(db);
       if (m.applied.length > 0) logger.info({ applied: m.applied.map((x) => `${x.version}_${x.name}`) }, 'schema migrated');
+      if (m.distributed.length > 0) logger.info({ distributed: m.distributed }, 'tables distributed on citus');
     } else {
       const v = await schemaVersion(db);
       if (v < latestVersion) {
