@@ -7,6 +7,7 @@ import { createHandler } from './lifecycle/handler.js';
 import { MemoryBudget } from './lifecycle/budget.js';
 import { Plans } from './lifecycle/plan.js';
 import { Waiters } from './lifecycle/waiters.js';
+import { StoreHealth } from './lifecycle/estimate.js';
 import { createLogger, type Logger } from './log/logger.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
 import { Router } from './policy/router.js';
@@ -84,6 +85,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     if (config.store.migrate) {
       const m = await migrate(db);
       if (m.applied.length > 0) logger.info({ applied: m.applied.map((x) => `${x.version}_${x.name}`) }, 'schema migrated');
+      if (m.distributed.length > 0) logger.info({ distributed: m.distributed }, 'tables distributed on citus');
     } else {
       const v = await schemaVersion(db);
       if (v < latestVersion) {
@@ -112,7 +114,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     }
     const deps: LifecycleDeps = {
       get plans() { return live.plans; },
-      store, cache, upstream, logger, metrics, waiters: new Waiters(), budget, tracing: tracing?.tracing ?? null,
+      store, cache, upstream, logger, metrics, waiters: new Waiters(), budget, storeHealth: new StoreHealth(), tracing: tracing?.tracing ?? null,
     };
     const handler = createHandler(deps);
     const sweeper = startSweeper(db, {

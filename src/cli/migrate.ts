@@ -18,6 +18,7 @@ export function migrateCommand(io: CliIo, _outcome: Outcome): CommandModule<Comm
         io.stdout.write(r.applied.length === 0
           ? `schema is up to date (version ${r.version}) on ${db.description}\n`
           : `applied ${r.applied.map((m) => `${m.version}_${m.name}`).join(', ')}; schema version ${r.version} on ${db.description}\n`);
+        if (r.distributed.length > 0) io.stdout.write(`citus: distributed ${r.distributed.join(', ')} (docs/scale.md)\n`);
       } finally {
         await db.close();
       }

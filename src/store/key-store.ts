@@ -4,7 +4,7 @@ import { type Db, toBuffer } from './db/port.js';
 import type {
   ClaimOutcome, ClaimRequest, CommitOutcome, CommitRequest, KeyRecord, StoredResponse,
 } from './records.js';
-import { claimOneStatement, claimStatement } from './sql/claim.js';
+import { type ClaimRow, byKey, claimTenant } from './tenant-claim.js';
 import { commitOneStatement, commitStatement } from './sql/commit.js';
 import { releaseStatement } from './sql/release.js';
 import { extendStatement } from './sql/extend.js';
@@ -25,26 +25,13 @@ export interface KeyStoreOptions {
   readonly singleRowStatements?: boolean;
 }
 
-interface ClaimRow {
-  ord: number;
-  claimed: boolean;
-  claim_attempt: number | null;
-  state: string | null;
-  fingerprint: unknown;
-  status_code: number | null;
-  response_headers: Array<[string, string]> | null;
-  response_body: unknown;
-  body_retained: boolean | null;
-  body_size: string | number | null;
-  retry_after_s: number | null;
-  ttl_left_ms: number | null;
-  lease_over: boolean | null;
-}
-
 type RawClaim =
   | { readonly kind: 'claimed'; readonly attempt: number }
   | { readonly kind: 'decided'; readonly outcome: ClaimOutcome }
   | { readonly kind: 'absent' };
+
+/** A row the commit completed (kept: already complete under this claim's token, left as it was). */
+interface CommitRow { idem_key: string; ttl_left_ms: number; kept: boolean }
 
 const CLAIM_ATTEMPTS = 5;
 const EMPTY = Buffer.alloc(0);
@@ -146,94 +133,81 @@ export class KeyStore {
   }
 
   /**
-   * One statement for a batch. Requests for a key already in the batch (a
-   * retry storm) are not sent: they get their answer from the first one's row
-   * — a key this batch claimed is in flight for them — so a storm of N
-   * duplicates costs one round trip, not N.
+   * One batch of claims, per tenant: an insert of the new keys, then for the
+   * others a found read and, where needed, a takeover (each statement
+   * touches one tenant: one shard on Citus; the tenants of a batch run side
+   * by side). Requests for a key
+   * already in the batch (a retry storm) are not sent: they get their answer
+   * from the first one's row — a key this batch claimed is in flight for
+   * them — so a storm of N duplicates costs one round trip, not N.
    */
   private async runClaims(items: readonly ClaimRequest[], budgetMs?: number): Promise<RawClaim[]> {
     const n = items.length;
-    if (n === 1 && this.singleRow) {
-      this.onBatch?.('claim', 1);
+    if (n === 1) {
       const c = items[0]!;
-      const rows = await this.db.query<ClaimRow>(claimOneStatement, [
-        c.tenantId, c.key, c.fingerprint.toString('hex'), c.ownerToken, c.leaseMs, c.ttlMs,
-        c.onExpiredLease, c.route, c.method, c.path,
-      ], budgetMs);
-      const row = rows[0];
-      return [row === undefined ? { kind: 'absent' } : rawFromRow(row, c.fingerprint)];
+      this.onBatch?.('claim', 1);
+      return [rawFromRow((await claimTenant(this.db, c.tenantId, items, this.singleRow, budgetMs))[0]!, c.fingerprint)];
     }
-    let firstOf: Map<string, number> | null = null;
-    let sent: number[] | null = null; // item index per statement row, when some were folded
-    if (n > 1) {
-      firstOf = new Map();
-      for (let i = 0; i < n; i++) {
-        const id = `${items[i]!.tenantId}\u0000${items[i]!.key}`;
-        if (!firstOf.has(id)) firstOf.set(id, i);
-        else sent ??= [];
-      }
-      if (sent !== null) sent = [...firstOf.values()];
-    }
-    const m = sent === null ? n : sent.length;
-    this.onBatch?.('claim', m);
-    const tenants = new Array<string>(m), keys = new Array<string>(m), fps = new Array<string>(m);
-    const owners = new Array<string>(m), leases = new Array<number>(m), ttls = new Array<number>(m);
-    const policies = new Array<string>(m), routes = new Array<string>(m), methods = new Array<string>(m);
-    const paths = new Array<string>(m);
-    for (let j = 0; j < m; j++) {
-      const c = items[sent === null ? j : sent[j]!]!;
-      tenants[j] = c.tenantId; keys[j] = c.key; fps[j] = c.fingerprint.toString('hex');
-      owners[j] = c.ownerToken; leases[j] = c.leaseMs; ttls[j] = c.ttlMs;
-      policies[j] = c.onExpiredLease; routes[j] = c.route; methods[j] = c.method; paths[j] = c.path;
-    }
-    const rows = await this.db.query<ClaimRow>(claimStatement, [
-      tenants, keys, fps, owners, leases, ttls, policies, routes, methods, paths,
-    ], budgetMs);
-    const out = new Array<RawClaim>(n);
-    const rowOf = new Array<ClaimRow | undefined>(n);
-    for (const row of rows) {
-      const i = sent === null ? row.ord - 1 : sent[row.ord - 1]!;
-      rowOf[i] = row;
-      out[i] = rawFromRow(row, items[i]!.fingerprint);
-    }
+    const firstOf = new Map<string, number>();
+    const tenants = new Map<string, number[]>();
     for (let i = 0; i < n; i++) {
-      if (out[i] !== undefined) continue;
       const c = items[i]!;
-      const first = firstOf?.get(`${c.tenantId}\u0000${c.key}`);
-      out[i] = first === undefined || first === i ? { kind: 'absent' } : folded(out[first], rowOf[first], items[first]!, c);
+      const id = `${c.tenantId}\u0000${c.key}`;
+      if (firstOf.has(id)) continue;
+      firstOf.set(id, i);
+      const group = tenants.get(c.tenantId);
+      if (group === undefined) tenants.set(c.tenantId, [i]);
+      else group.push(i);
+    }
+    const rowOf = new Array<ClaimRow | undefined>(n);
+    await Promise.all([...tenants].map(async ([tenantId, idx]) => {
+      this.onBatch?.('claim', idx.length);
+      const rows = await claimTenant(this.db, tenantId, idx.map((i) => items[i]!), this.singleRow, budgetMs);
+      for (let j = 0; j < idx.length; j++) rowOf[idx[j]!] = rows[j];
+    }));
+    const out = new Array<RawClaim>(n);
+    for (let i = 0; i < n; i++) {
+      const row = rowOf[i];
+      if (row !== undefined) { out[i] = rawFromRow(row, items[i]!.fingerprint); continue; }
+      const c = items[i]!;
+      const first = firstOf.get(`${c.tenantId}\u0000${c.key}`)!;
+      out[i] = folded(out[first], rowOf[first], items[first]!, c);
     }
     return out;
   }
 
+  /** One commit statement per tenant of the batch, its rows in key order (the claims' lock order). */
   private async runCommits(items: readonly CommitRequest[], budgetMs?: number): Promise<CommitOutcome[]> {
-    const n = items.length;
-    if (n === 1 && this.singleRow) {
-      this.onBatch?.('commit', 1);
-      const c = items[0]!;
-      const rows = await this.db.query<{ ttl_left_ms: number; kept: boolean }>(commitOneStatement, [
-        c.tenantId, c.key, c.ownerToken, c.response.status, JSON.stringify(c.response.headers),
+    const tenants = new Map<string, CommitRequest[]>();
+    for (const c of items) {
+      const group = tenants.get(c.tenantId);
+      if (group === undefined) tenants.set(c.tenantId, [c]);
+      else group.push(c);
+    }
+    const done = new Map<string, CommitOutcome>();
+    await Promise.all([...tenants].map(async ([tenantId, group]) => {
+      this.onBatch?.('commit', group.length);
+      for (const r of await this.commitTenant(tenantId, group, budgetMs)) {
+        done.set(`${tenantId}\u0000${r.idem_key}`, { committed: true, ttlLeftMs: r.ttl_left_ms, kept: r.kept });
+      }
+    }));
+    return items.map((c): CommitOutcome => done.get(`${c.tenantId}\u0000${c.key}`) ?? { committed: false });
+  }
+
+  private commitTenant(tenantId: string, group: CommitRequest[], budgetMs?: number): Promise<CommitRow[]> {
+    if (group.length === 1 && this.singleRow) {
+      const c = group[0]!;
+      return this.db.query(commitOneStatement, [
+        tenantId, c.key, c.ownerToken, c.response.status, JSON.stringify(c.response.headers),
         c.response.body.toString('hex'), c.response.bodyRetained, c.response.bodySize,
       ], budgetMs);
-      const row = rows[0];
-      return [row === undefined ? { committed: false } : { committed: true, ttlLeftMs: row.ttl_left_ms, kept: row.kept }];
     }
-    const tenants = new Array<string>(n), keys = new Array<string>(n), owners = new Array<string>(n);
-    const statuses = new Array<number>(n), headers = new Array<string>(n), bodies = new Array<string>(n);
-    const retained = new Array<boolean>(n), sizes = new Array<number>(n);
-    for (let i = 0; i < n; i++) {
-      const c = items[i]!;
-      tenants[i] = c.tenantId; keys[i] = c.key; owners[i] = c.ownerToken;
-      statuses[i] = c.response.status; headers[i] = JSON.stringify(c.response.headers);
-      bodies[i] = c.response.body.toString('hex'); retained[i] = c.response.bodyRetained;
-      sizes[i] = c.response.bodySize;
-    }
-    this.onBatch?.('commit', n);
-    const rows = await this.db.query<{ tenant_id: string; idem_key: string; ttl_left_ms: number; kept: boolean }>(commitStatement, [
-      tenants, keys, owners, statuses, headers, bodies, retained, sizes,
+    group.sort(byKey);
+    return this.db.query(commitStatement, [
+      tenantId, group.map((c) => c.key), group.map((c) => c.ownerToken), group.map((c) => c.response.status),
+      group.map((c) => JSON.stringify(c.response.headers)), group.map((c) => c.response.body.toString('hex')),
+      group.map((c) => c.response.bodyRetained), group.map((c) => c.response.bodySize),
     ], budgetMs);
-    const done = new Map<string, CommitOutcome>();
-    for (const r of rows) done.set(`${r.tenant_id}\u0000${r.idem_key}`, { committed: true, ttlLeftMs: r.ttl_left_ms, kept: r.kept });
-    return items.map((c): CommitOutcome => done.get(`${c.tenantId}\u0000${c.key}`) ?? { committed: false });
   }
 }
 

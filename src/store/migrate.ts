@@ -23,9 +23,38 @@ const SQL = {
 export interface MigrateResult {
   readonly applied: readonly Migration[];
   readonly version: number;
+  /** Tables this run distributed on Citus (empty elsewhere, and once done). */
+  readonly distributed: readonly string[];
 }
 
-/** Applies pending migrations in one transaction under an advisory lock. */
+// On Citus (the citus extension is present), the key table is distributed by
+// tenant and the migrations table becomes a reference table (a copy on every
+// node), in the migration's transaction, under its lock: two instances
+// starting at once do it once (docs/scale.md). Unnamed: run once per migrate.
+const CITUS = {
+  present: { name: '', text: `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') AS present` },
+  done: { name: '', text: `SELECT logicalrelid::regclass::text AS name FROM pg_dist_partition` },
+  distribute: { name: '', text: `SELECT create_distributed_table('idempotency_keys', 'tenant_id')` },
+  reference: { name: '', text: `SELECT create_reference_table('idempotency_schema_migrations')` },
+} as const;
+
+async function distributeOnCitus(tx: Queryable): Promise<string[]> {
+  const [citus] = await tx.query<{ present: boolean }>(CITUS.present, []);
+  if (citus?.present !== true) return [];
+  const done = new Set((await tx.query<{ name: string }>(CITUS.done, [])).map((r) => r.name));
+  const distributed: string[] = [];
+  if (!done.has('idempotency_schema_migrations')) {
+    await tx.query(CITUS.reference, []);
+    distributed.push('idempotency_schema_migrations');
+  }
+  if (!done.has('idempotency_keys')) {
+    await tx.query(CITUS.distribute, []);
+    distributed.push('idempotency_keys');
+  }
+  return distributed;
+}
+
+/** Applies pending migrations in one transaction under an advisory lock (then distributes on Citus). */
 export async function migrate(db: Db): Promise<MigrateResult> {
   return db.transaction(async (tx) => {
     await tx.query(SQL.lock, [MIGRATION_LOCK]);
@@ -39,7 +68,7 @@ export async function migrate(db: Db): Promise<MigrateResult> {
       await tx.query(SQL.record, [m.version, m.name]);
       applied.push(m);
     }
-    return { applied, version: latestVersion };
+    return { applied, version: latestVersion, distributed: await distributeOnCitus(tx) };
   });
 }
 

@@ -129,7 +129,7 @@ for (const via of ['directly', 'through PgBouncer'] as const) describe(`claims a
     }
     const [k1, k2, k3] = keys as [string, string, string];
     // The same commits from both instances (a commit sent again after its reply
-    // was lost is written again and reported committed), in opposite orders.
+    // was lost is reported committed, the row kept as written), in opposite orders.
     const commitAll = (store: KeyStore, order: string[]) => Promise.all(order.map((key) => store.commit({ tenantId: 't', key, ownerToken: tokens.get(key)!, response })));
     const results = await heldAtTheMiddleKey(k3, () => Promise.all([
       commitAll(stores[0]!, [k1, k3, k2]),

@@ -5,7 +5,7 @@ import pg from 'pg';
 import { createPgDb } from '../../src/store/db/pg.js';
 import type { Db } from '../../src/store/db/port.js';
 import { KeyStore } from '../../src/store/key-store.js';
-import { claimOneStatement, claimStatement } from '../../src/store/sql/claim.js';
+import { claimInsertStatement, foundOneStatement, foundStatement } from '../../src/store/sql/claim.js';
 import { commitOneStatement, commitStatement } from '../../src/store/sql/commit.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 
@@ -42,6 +42,9 @@ describe('prepared statements keep an index plan made while the table was empty'
       assert.equal(c.kind, 'claimed');
       const done = await store.commit({ tenantId: PLAN_TENANT, key, ownerToken, response: { status: 201, headers: [], body: Buffer.from('{}'), bodyRetained: true, bodySize: 2 } });
       assert.equal(done.committed, true);
+      // The replay: the insert leaves the key alone, the found read answers.
+      const again = await store.claim({ tenantId: PLAN_TENANT, key, fingerprint, ownerToken: randomUUID(), leaseMs: 60_000, ttlMs: 3_600_000, onExpiredLease: 'reexecute', route: 'r', method: 'POST', path: '/x' });
+      assert.equal(again.kind, 'complete');
     };
     const claimAndCommit = async (key: string): Promise<void> => {
       for (const [i, store] of stores.entries()) await claimAndCommitOn(store, `${key}-${i}`);
@@ -65,12 +68,10 @@ describe('prepared statements keep an index plan made while the table was empty'
 
     const plan = async (text: string): Promise<string> =>
       (await db.query<{ 'QUERY PLAN': string }>({ name: '', text }, [])).map((r) => r['QUERY PLAN']).join('\n');
-    const claimPlan = await plan(`EXPLAIN EXECUTE ${claimStatement.name}(ARRAY['${PLAN_TENANT}'], ARRAY['seed-7'], ARRAY['01'], ARRAY[gen_random_uuid()],
-      ARRAY[60000::float8], ARRAY[3600000::float8], ARRAY['reexecute'], ARRAY['r'], ARRAY['POST'], ARRAY['/x'])`);
-    const commitPlan = await plan(`EXPLAIN EXECUTE ${commitStatement.name}(ARRAY['${PLAN_TENANT}'], ARRAY['seed-8'], ARRAY[gen_random_uuid()], ARRAY[200],
+    const claimPlan = await plan(`EXPLAIN EXECUTE ${foundStatement.name}('${PLAN_TENANT}', ARRAY['seed-7', 'seed-77'])`);
+    const commitPlan = await plan(`EXPLAIN EXECUTE ${commitStatement.name}('${PLAN_TENANT}', ARRAY['seed-8'], ARRAY[gen_random_uuid()], ARRAY[200],
       ARRAY['[]'], ARRAY['7b7d'], ARRAY[true], ARRAY[2::bigint])`);
-    const claimOnePlan = await plan(`EXPLAIN EXECUTE ${claimOneStatement.name}('${PLAN_TENANT}', 'seed-9', '01', gen_random_uuid(),
-      60000, 3600000, 'reexecute', 'r', 'POST', '/x')`);
+    const claimOnePlan = await plan(`EXPLAIN EXECUTE ${foundOneStatement.name}('${PLAN_TENANT}', 'seed-9')`);
     const commitOnePlan = await plan(`EXPLAIN EXECUTE ${commitOneStatement.name}('${PLAN_TENANT}', 'seed-10', gen_random_uuid(), 200, '[]', '7b7d', true, 2)`);
     for (const [name, p] of [['claim', claimPlan], ['commit', commitPlan], ['lone claim', claimOnePlan], ['lone commit', commitOnePlan]] as const) {
       assert.doesNotMatch(p, /Seq Scan on idempotency_keys/, `${name} plan scans the whole table:\n${p}`);
@@ -80,8 +81,9 @@ describe('prepared statements keep an index plan made while the table was empty'
     // Planned once per session, not once per execution.
     const rows = await db.query<{ name: string; generic_plans: string; custom_plans: string }>(
       { name: '', text: `SELECT name, generic_plans, custom_plans FROM pg_prepared_statements
-                          WHERE name = ANY ($1)` }, [[claimStatement.name, commitStatement.name, claimOneStatement.name, commitOneStatement.name]]);
-    assert.equal(rows.length, 4, 'all four statements prepared on this session');
+                          WHERE name = ANY ($1)` }, [[foundStatement.name, commitStatement.name, foundOneStatement.name, commitOneStatement.name,
+                              claimInsertStatement(1).name]]);
+    assert.equal(rows.length, 5, 'all five statements prepared on this session');
     for (const r of rows) {
       assert.equal(Number(r.custom_plans), 0, `${r.name} was planned per execution (${r.custom_plans} custom plans)`);
       assert.ok(Number(r.generic_plans) >= 21, `${r.name}: ${r.generic_plans} generic plan executions`);
@@ -128,12 +130,14 @@ describe('unnamed statements are planned for their values, with no session setti
     // The plan an unnamed statement gets: planned with its bound values (force_custom_plan).
     const keys = (n: number, at: number): string => `ARRAY[${Array.from({ length: n }, (_, i) => `'seed-${at + i}'`).join(',')}]`;
     const arr = (v: string, n: number): string => `ARRAY[${Array(n).fill(v).join(',')}]`;
+    const takeoverArgs = Array.from({ length: 50 }, (_, i) =>
+      `'seed-${7 + i}', '01', gen_random_uuid(), 60000, 3600000, 'reexecute', 'r', 'POST', '/x'`).join(', ');
     const plans: Array<[string, string, string]> = [
-      ['claim of 50', claimStatement.text, `(${arr(`'${PLAN_TENANT}'`, 50)}, ${keys(50, 7)}, ${arr("'01'", 50)}, ${arr('gen_random_uuid()', 50)},
-        ${arr('60000::float8', 50)}, ${arr('3600000::float8', 50)}, ${arr("'reexecute'", 50)}, ${arr("'r'", 50)}, ${arr("'POST'", 50)}, ${arr("'/x'", 50)})`],
-      ['commit of 50', commitStatement.text, `(${arr(`'${PLAN_TENANT}'`, 50)}, ${keys(50, 500)}, ${arr('gen_random_uuid()', 50)}, ${arr('200', 50)},
+      ['found of 50', foundStatement.text, `('${PLAN_TENANT}', ${keys(50, 7)})`],
+      ['takeover of 50', claimInsertStatement(50, 'takeover').text, `(NULL, '${PLAN_TENANT}', ${takeoverArgs})`],
+      ['commit of 50', commitStatement.text, `('${PLAN_TENANT}', ${keys(50, 500)}, ${arr('gen_random_uuid()', 50)}, ${arr('200', 50)},
         ${arr("'[]'", 50)}, ${arr("'7b7d'", 50)}, ${arr('true', 50)}, ${arr('2::bigint', 50)})`],
-      ['lone claim', claimOneStatement.text, `('${PLAN_TENANT}', 'seed-9', '01', gen_random_uuid(), 60000, 3600000, 'reexecute', 'r', 'POST', '/x')`],
+      ['lone found', foundOneStatement.text, `('${PLAN_TENANT}', 'seed-9')`],
       ['lone commit', commitOneStatement.text, `('${PLAN_TENANT}', 'seed-10', gen_random_uuid(), 200, '[]', '7b7d', true, 2)`],
     ];
     const client = new pg.Client({ connectionString: t.url });

@@ -7,6 +7,7 @@ import { migrate } from '../../src/store/migrate.js';
 import { migrations } from '../../src/store/migrations/index.js';
 import { sleep } from './wait.js';
 import { startPgBouncer } from './pgbouncer.js';
+import { citusNodes, createCitusDatabase, dropCitusDatabase } from './citus.js';
 
 // A fresh database per test file, cloned from a migrated template
 // (CREATE DATABASE … TEMPLATE), on the machine's real PostgreSQL.
@@ -71,6 +72,7 @@ export interface TestDatabase {
 /** A fresh, migrated database of its own. Fails loudly if PostgreSQL is down. */
 export async function createTestDatabase(opts: { migrated?: boolean } = {}): Promise<TestDatabase> {
   const migrated = opts.migrated ?? true;
+  if (citusNodes !== null) return createCitusTestDatabase(citusNodes, migrated);
   if (migrated) await ensureTemplate();
   const name = `idem_t_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`;
   await admin(async (c) => {
@@ -93,6 +95,22 @@ export async function createTestDatabase(opts: { migrated?: boolean } = {}): Pro
       await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     }),
   };
+}
+
+async function createCitusTestDatabase(nodes: readonly number[], migrated: boolean): Promise<TestDatabase> {
+  const name = `idem_t_${Date.now().toString(36)}_${randomBytes(4).toString('hex')}`;
+  await createCitusDatabase(nodes, name);
+  const url = withDatabase(ADMIN_URL, name);
+  if (migrated) {
+    const db = createPgDb({ connectionString: url, max: 1 });
+    try {
+      const m = await migrate(db);
+      if (!m.distributed.includes('idempotency_keys')) throw new Error(`migrate did not distribute idempotency_keys on ${name}`);
+    } finally {
+      await db.close();
+    }
+  }
+  return { url, name, drop: () => dropCitusDatabase(nodes, name) };
 }
 
 /** Runs SQL against a test database (for assertions and time travel). */
@@ -123,9 +141,27 @@ export async function row(url: string, key: string): Promise<{ state: string; at
 
 /** Backends of the proxy's pools (application_name idempotency-proxy) in this database waiting on a lock right now. */
 export async function lockWaiters(url: string): Promise<number> {
+  if (citusNodes !== null) return citusLockWaiters(url, citusNodes);
   const [r] = await sql<{ n: number }>(url, `SELECT count(*)::int AS n FROM pg_stat_activity
     WHERE datname = current_database() AND wait_event_type = 'Lock' AND application_name = 'idempotency-proxy'`);
   return r!.n;
+}
+
+/**
+ * On Citus the row locks are taken on the workers, by the coordinator's
+ * connections to them (not named idempotency-proxy): the sessions of this
+ * database waiting on a lock, summed over every node.
+ */
+async function citusLockWaiters(url: string, nodes: readonly number[]): Promise<number> {
+  let n = 0;
+  for (const port of nodes) {
+    const u = new URL(url);
+    u.port = String(port);
+    const [r] = await sql<{ n: number }>(u.toString(), `SELECT count(*)::int AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock'`);
+    n += r!.n;
+  }
+  return n;
 }
 
 /**

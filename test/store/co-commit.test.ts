@@ -9,7 +9,8 @@ import type { ClaimRequest } from '../../src/store/records.js';
 import type { Db, Queryable } from '../../src/store/db/port.js';
 import { HOP_BY_HOP, NEVER_STORED, PER_REQUEST_IDS, compileStoredHeaders } from '../../src/proxy/headers.js';
 import { settle, step } from '../../src/upstream/index.js';
-import { openBackend, type Backend } from '../helpers/db.js';
+import { lockWaiters, openBackend, type Backend } from '../helpers/db.js';
+import { waitFor } from '../helpers/wait.js';
 
 // idempotency_settle and idempotency_step (migration 2, docs/co-commit.md,
 // docs/chain.md) against the key store, on PostgreSQL and on the embedded
@@ -199,6 +200,40 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) {
     });
 
     if (backend === 'postgres') {
+      // The upstream answered before its transaction ended: the proxy's commit
+      // waits on the settle's row lock. The row lock gives the commit the row
+      // as that transaction left it: complete (kept, not written) once it
+      // commits, in flight (written) once it rolls back. Lone and batched.
+      test('a commit that waits on a settle still in its transaction: kept when it commits, written when it rolls back', async () => {
+        const proxyCopy = { status: 200, headers: [] as Array<[string, string]>, body: Buffer.from('proxy'), bodyRetained: true, bodySize: 5 };
+        for (const [label, end] of [['commit', 'COMMIT'], ['rollback', 'ROLLBACK']] as const) {
+          for (const batched of [false, true]) {
+            const c = claimReq(`s-wait-${label}-${batched}`);
+            const other = claimReq(`s-wait-${label}-${batched}-other`);
+            await store.claim(c);
+            if (batched) await store.claim(other);
+            const upstream = new pg.Client({ connectionString: url! });
+            await upstream.connect();
+            const tx: Queryable = { query: async <R>(stmt: { text: string }, values: readonly unknown[]) => (await upstream.query(stmt.text, values as unknown[])).rows as R[] };
+            try {
+              await upstream.query('BEGIN');
+              assert.equal(await settleOn(tx, tokenOf(c), 201, {}, Buffer.from('settled')), true);
+              const commits = Promise.all([c, ...(batched ? [other] : [])].map((r) =>
+                store.commit({ tenantId: 't1', key: r.key, ownerToken: r.ownerToken, response: proxyCopy })));
+              await waitFor('the proxy\'s commit waiting on the settle\'s row lock', async () => (await lockWaiters(url!)) === 1, 10_000, 20);
+              await upstream.query(end);
+              const [out] = await commits;
+              assert.equal(out!.committed, true, `${label}, batched ${batched}: committed`);
+              assert.equal(out!.committed && out!.kept, end === 'COMMIT', `${label}, batched ${batched}: kept only if the settle committed`);
+              const rec = await store.get('t1', c.key, true);
+              assert.equal(rec!.responseBody!.toString(), end === 'COMMIT' ? 'settled' : 'proxy', `${label}, batched ${batched}: the record`);
+            } finally {
+              await upstream.end();
+            }
+          }
+        }
+      });
+
       test('idempotency-proxy/upstream on a pg.Client: settle() from the request header, step()', async () => {
         const client = new pg.Client({ connectionString: url! });
         await client.connect();

@@ -43,7 +43,14 @@ const KEEPALIVE_IDLE_MS = 10_000;
 // are planned for their own parameters each time and cache no plan, so they
 // need neither setting — and through a pooler in transaction mode a session
 // setting would not stay with this client anyway (docs/configuration.md).
-const SESSION_SETTINGS = ['SET enable_seqscan = off', 'SET plan_cache_mode = force_generic_plan'];
+// Generic plans are not forced on Citus: it cannot route a generic plan of a
+// statement that is not a fast-path query (docs/scale.md); there plans stay
+// custom. One statement decides and sets it (no extra round trip).
+const SESSION_SETTINGS = [
+  'SET enable_seqscan = off',
+  `SELECT set_config('plan_cache_mode', 'force_generic_plan', false)
+    WHERE NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`,
+];
 
 export function createPgDb(opts: PgDbOptions): Db {
   const timeoutMs = opts.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;

@@ -1,0 +1,127 @@
+// The claim of one tenant's distinct keys: the insert of new keys, then the
+// found read of the keys it left alone, then the takeover of those that need
+// it (src/store/sql/claim.ts; docs/storage.md). Each statement touches the
+// one tenant only, so on Citus it runs on one shard.
+import type { Queryable } from './db/port.js';
+import { toBuffer } from './db/port.js';
+import type { ClaimRequest } from './records.js';
+import {
+  INSERT_PARAMS_PER_ROW, claimInsertStatement, foundOneStatement, foundStatement,
+} from './sql/claim.js';
+
+/** What the claim learnt about one key: claimed by this request, or the row that holds it. */
+export interface ClaimRow {
+  claimed: boolean;
+  claim_attempt: number | null;
+  state: string | null;
+  fingerprint: unknown;
+  status_code: number | null;
+  response_headers: Array<[string, string]> | null;
+  response_body: unknown;
+  body_retained: boolean | null;
+  body_size: string | number | null;
+  retry_after_s: number | null;
+  ttl_left_ms: number | null;
+  lease_over: boolean | null;
+}
+
+interface FoundRow extends Omit<ClaimRow, 'claimed' | 'claim_attempt'> {
+  clock: number;
+  idem_key: string;
+  free: boolean | null;
+}
+
+interface InsertedRow {
+  idem_key: string;
+  state: string;
+  owner_token: string;
+  attempt: number;
+}
+
+const NOTHING: ClaimRow = {
+  claimed: false, claim_attempt: null, state: null, fingerprint: null, status_code: null,
+  response_headers: null, response_body: null, body_retained: null, body_size: null,
+  retry_after_s: null, ttl_left_ms: null, lease_over: null,
+};
+
+/** The store's one lock order: by key (the tenant is the same within a statement). */
+export const byKey = (a: { key: string }, b: { key: string }): number => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
+
+/**
+ * Settled: the insert's ON CONFLICT ... WHERE would leave this row alone
+ * (negated, with SQL's NULL read as "not decided": such rows go through the
+ * insert, which decides).
+ */
+function settled(row: FoundRow, fingerprint: Buffer): boolean {
+  if (row.free !== false) return false;
+  return row.lease_over === false || !fingerprint.equals(toBuffer(row.fingerprint)!);
+}
+
+/** Sends the insert of `kind` for items[idx] (sorted by key: the lock order); the rows it wrote, by key. */
+async function insert(
+  db: Queryable, kind: 'new' | 'takeover', tenantId: string, items: readonly ClaimRequest[], idx: number[], clock: number | null,
+  budgetMs: number | undefined,
+): Promise<Map<string, InsertedRow>> {
+  idx.sort((a, b) => byKey(items[a]!, items[b]!));
+  const values = new Array<unknown>(2 + idx.length * INSERT_PARAMS_PER_ROW);
+  values[0] = clock;
+  values[1] = tenantId;
+  let p = 2;
+  for (const i of idx) {
+    const c = items[i]!;
+    values[p++] = c.key; values[p++] = c.fingerprint.toString('hex'); values[p++] = c.ownerToken;
+    values[p++] = c.leaseMs; values[p++] = c.ttlMs; values[p++] = c.onExpiredLease;
+    values[p++] = c.route; values[p++] = c.method; values[p++] = c.path;
+  }
+  const rows = await db.query<InsertedRow>(claimInsertStatement(idx.length, kind), values, budgetMs);
+  const byKeyWritten = new Map<string, InsertedRow>();
+  for (const r of rows) byKeyWritten.set(r.idem_key, r);
+  return byKeyWritten;
+}
+
+function fromInserted(r: InsertedRow, c: ClaimRequest): ClaimRow {
+  const claimed = r.state === 'in_flight' && r.owner_token.toLowerCase() === c.ownerToken.toLowerCase();
+  // outcome_unknown set by this claim: its fingerprint matched (not returned).
+  return { ...NOTHING, claimed, claim_attempt: r.attempt, state: r.state };
+}
+
+/**
+ * Claims `items` (distinct keys of `tenantId`); one ClaimRow per item, in
+ * order. A row with state null vanished or is not yet visible, or a
+ * concurrent claim changed it: the caller claims again. `budgetMs` (what is
+ * left of store.timeout) bounds the statements together, not each one.
+ */
+export async function claimTenant(
+  db: Queryable, tenantId: string, items: readonly ClaimRequest[], singleRow = true, budgetMs?: number,
+): Promise<ClaimRow[]> {
+  const t0 = budgetMs === undefined ? 0 : performance.now();
+  const left = (): number | undefined => (budgetMs === undefined ? undefined : budgetMs - (performance.now() - t0));
+  const out = new Array<ClaimRow>(items.length);
+  const inserted = await insert(db, 'new', tenantId, items, items.map((_, i) => i), null, budgetMs);
+  const held: number[] = [];
+  for (let i = 0; i < items.length; i++) {
+    const r = inserted.get(items[i]!.key);
+    if (r !== undefined) out[i] = fromInserted(r, items[i]!);
+    else held.push(i);
+  }
+  if (held.length === 0) return out;
+  const found = held.length === 1 && singleRow
+    ? await db.query<FoundRow>(foundOneStatement, [tenantId, items[held[0]!]!.key], left())
+    : await db.query<FoundRow>(foundStatement, [tenantId, held.map((i) => items[i]!.key)], left());
+  const byKeyFound = new Map<string, FoundRow>();
+  for (const f of found) byKeyFound.set(f.idem_key, f);
+  const takeover: number[] = [];
+  for (const i of held) {
+    const f = byKeyFound.get(items[i]!.key);
+    if (f === undefined) out[i] = NOTHING; // deleted since the insert: claim again
+    else if (settled(f, items[i]!.fingerprint)) out[i] = { ...f, claimed: false, claim_attempt: null };
+    else takeover.push(i);
+  }
+  if (takeover.length === 0) return out;
+  const taken = await insert(db, 'takeover', tenantId, items, takeover, found[0]!.clock, left());
+  for (const i of takeover) {
+    const r = taken.get(items[i]!.key);
+    out[i] = r === undefined ? NOTHING : fromInserted(r, items[i]!); // left alone: a concurrent claim changed it
+  }
+  return out;
+}

@@ -1,0 +1,110 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { createPgDb } from '../../src/store/db/pg.js';
+import type { Db, Statement } from '../../src/store/db/port.js';
+import { claimInsertStatement, foundOneStatement, foundStatement } from '../../src/store/sql/claim.js';
+import { commitOneStatement, commitStatement } from '../../src/store/sql/commit.js';
+import { extendStatement } from '../../src/store/sql/extend.js';
+import { getStatement } from '../../src/store/sql/get.js';
+import { purgeStatement } from '../../src/store/sql/purge.js';
+import { releaseStatement } from '../../src/store/sql/release.js';
+import { sweepDeleteStatement } from '../../src/store/sql/sweep.js';
+import { claimToken } from '../../src/store/claim-token.js';
+import { citusNodes } from '../helpers/citus.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+
+// Every statement of the request path touches one tenant (docs/scale.md). On
+// Citus (`npm run test:citus`) that makes each a router plan: one task, on
+// the tenant's shard, whatever the batch. On plain PostgreSQL (`npm test`)
+// each finds its rows by primary key on the proxy's own sessions.
+
+const row = (key: string): unknown[] => [key, 'aa', randomUUID(), 60_000, 3_600_000, 'reexecute', 'r', 'POST', '/p'];
+const keys = ['a', 'b', 'c'];
+const arrays = [keys, keys.map(() => randomUUID()), [200, 200, 200], ['[]', '[]', '[]'], ['', '', ''], [true, true, true], [0, 0, 0]];
+const cases: Array<[string, Statement, unknown[]]> = [
+  ['found (batch)', foundStatement, ['t', keys]],
+  ['found (one)', foundOneStatement, ['t', 'a']],
+  ['new key (one)', claimInsertStatement(1), [null, 't', ...row('a')]],
+  ['new keys (batch of 3)', claimInsertStatement(3), [null, 't', ...row('a'), ...row('b'), ...row('c')]],
+  ['takeover (one)', claimInsertStatement(1, 'takeover'), [Date.now() / 1000, 't', ...row('a')]],
+  ['takeover (batch of 3)', claimInsertStatement(3, 'takeover'), [Date.now() / 1000, 't', ...row('a'), ...row('b'), ...row('c')]],
+  ['commit (batch)', commitStatement, ['t', ...arrays]],
+  ['commit (one)', commitOneStatement, ['t', 'a', randomUUID(), 200, '[]', '', true, 0]],
+  ['extend', extendStatement, ['t', 'a', randomUUID(), 60_000]],
+  ['get', getStatement, ['t', 'a', true]],
+  ['release', releaseStatement, ['t', 'a', randomUUID()]],
+  ['purge', purgeStatement, ['t', 'a']],
+  ['sweeper delete', sweepDeleteStatement, ['t', keys]],
+];
+
+describe(citusNodes === null ? 'statement plans on PostgreSQL' : 'statement plans on Citus', () => {
+  let t: TestDatabase;
+  let db: Db;
+  before(async () => {
+    t = await createTestDatabase();
+    db = createPgDb({ connectionString: t.url, max: 1 }); // the proxy's session settings
+  });
+  after(async () => {
+    await db?.close();
+    await t?.drop();
+  });
+
+  for (const [label, stmt, values] of cases) {
+    test(`${label}: ${citusNodes === null ? 'by primary key' : 'one task, router-planned'}`, async () => {
+      const plan = (await db.query<{ 'QUERY PLAN': string }>({ name: '', text: `EXPLAIN ${stmt.text}` }, values))
+        .map((r) => r['QUERY PLAN']).join('\n');
+      if (citusNodes === null) {
+        assert.doesNotMatch(plan, /Seq Scan on idempotency_keys/, plan);
+        assert.match(plan, /idempotency_keys_pkey/, plan);
+      } else {
+        assert.match(plan, /Custom Scan \(Citus Adaptive\)/, plan);
+        assert.match(plan, /Task Count: 1\b/, plan);
+        assert.doesNotMatch(plan, /Task Count: (?!1\b)\d+/, plan);
+      }
+    });
+  }
+});
+
+// The functions of migration 2 (docs/co-commit.md, docs/chain.md) are called
+// from the upstream's own transaction, on the coordinator. On Citus the
+// settle's UPDATE must run on the tenant's shard alone, and the step marker
+// stays in a table Citus leaves on the coordinator (docs/scale.md). With
+// citus.multi_task_query_log_level = error, any statement that needs more
+// than one task fails: the control (an UPDATE without a tenant) shows it does.
+if (citusNodes !== null) {
+  describe('migration 2 functions on Citus', () => {
+    let t: TestDatabase;
+    let db: Db;
+    before(async () => {
+      t = await createTestDatabase();
+      db = createPgDb({ connectionString: t.url, max: 1 });
+    });
+    after(async () => {
+      await db?.close();
+      await t?.drop();
+    });
+
+    test('idempotency_settle is one task inside a transaction; idempotency_steps is not distributed', async () => {
+      const owner = randomUUID();
+      await db.query(claimInsertStatement(1), [null, 't', 'settle-me', 'aa', owner, 60_000, 3_600_000, 'reexecute', 'r', 'POST', '/p']);
+      const token = claimToken('t', 'settle-me', owner);
+      const settled = await db.transaction(async (tx) => {
+        await tx.query({ name: '', text: "SET LOCAL citus.multi_task_query_log_level = 'error'" }, []);
+        await tx.query({ name: '', text: 'SAVEPOINT s' }, []);
+        await assert.rejects(tx.query({ name: '', text: "UPDATE idempotency_keys SET attempt = attempt WHERE idem_key = 'x'" }, []),
+          /multi-task/i, 'the guard refuses a statement over every shard');
+        await tx.query({ name: '', text: 'ROLLBACK TO SAVEPOINT s' }, []);
+        const [r] = await tx.query<{ ok: boolean }>({ name: '', text: "SELECT idempotency_settle($1, 201, '{}'::jsonb, 'x'::bytea) AS ok" }, [token]);
+        const [s] = await tx.query<{ first: boolean }>({ name: '', text: "SELECT idempotency_step('orders', 'o-1', interval '1 day') AS first" }, []);
+        assert.equal(s!.first, true);
+        return r!.ok;
+      });
+      assert.equal(settled, true);
+      const [row] = await db.query<{ state: string }>({ name: '', text: "SELECT state FROM idempotency_keys WHERE tenant_id = 't' AND idem_key = 'settle-me'" }, []);
+      assert.equal(row!.state, 'complete');
+      const dist = await db.query<{ t: string }>({ name: '', text: 'SELECT logicalrelid::text AS t FROM pg_dist_partition ORDER BY 1' }, []);
+      assert.deepEqual(dist.map((d) => d.t), ['idempotency_keys', 'idempotency_schema_migrations']);
+    });
+  });
+}
