@@ -29,6 +29,8 @@ function tenantText(tenant: TenantSource): string {
       return `SHA-256 of header ${tenant.header}`;
     case 'constant':
       return `constant ${JSON.stringify(tenant.value)}`;
+    case 'fromClientCert':
+      return 'subject of the verified client certificate (RFC 4514)';
   }
 }
 

@@ -27,7 +27,9 @@ export function respondProblem(res: ServerResponse, p: ProblemDef, detail: strin
   }
   const status = opts.status ?? p.status;
   const body = JSON.stringify(problemBody(p, detail, requestId, status, opts.extra));
-  const headers = problemHeaders(Buffer.byteLength(body), requestId, opts);
+  // HTTP/2 has no Connection header (the stream ends; the session stays).
+  const close = opts.close === true && res.req?.httpVersionMajor !== 2;
+  const headers = problemHeaders(Buffer.byteLength(body), requestId, opts, close);
   res.writeHead(status, headers);
   res.end(body);
 }
@@ -44,10 +46,10 @@ export function rawProblem(p: ProblemDef, detail: string, requestId: string): st
   return `${head}\r\n${body}`;
 }
 
-function problemHeaders(length: number, requestId: string, opts: ProblemOptions): string[] {
+function problemHeaders(length: number, requestId: string, opts: ProblemOptions, close = opts.close === true): string[] {
   const h = ['content-type', PROBLEM_CONTENT_TYPE, 'content-length', String(length), 'x-request-id', requestId, 'cache-control', 'no-store'];
   if (opts.retryAfterS !== undefined) h.push('retry-after', String(Math.max(1, Math.ceil(opts.retryAfterS))));
-  if (opts.close === true) h.push('connection', 'close');
+  if (close) h.push('connection', 'close');
   return h;
 }
 

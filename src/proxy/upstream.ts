@@ -1,5 +1,6 @@
 import { Pool, type Dispatcher } from 'undici';
 import type { UpstreamConfig } from '../config/types.js';
+import { readUpstreamTls } from '../config/tls-files.js';
 import { TimeoutSignal, UpstreamError } from '../errors.js';
 
 export { TimeoutSignal, UpstreamError };
@@ -43,7 +44,8 @@ export function createUpstream(cfg: UpstreamConfig): Upstream {
     keepAliveTimeout: 4_000,
     headersTimeout: cfg.timeoutMs,
     bodyTimeout: cfg.timeoutMs,
-    connect: { timeout: Math.min(cfg.timeoutMs, 10_000) },
+    // upstream.tls: CA bundle, client certificate, SNI name (docs/configuration.md, Upstream).
+    connect: { timeout: Math.min(cfg.timeoutMs, 10_000), ...(cfg.tls === null ? {} : readUpstreamTls(cfg.tls)) },
   });
   return {
     pool,

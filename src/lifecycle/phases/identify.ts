@@ -33,7 +33,7 @@ export const identifyPhase: Phase = {
     }
     if (isKeyProblem(key)) return plan.strategy.answer(deps, ctx, problem(KEY_PROBLEMS[key.problem], key.detail, 'rejected'), 'rejected');
     ctx.key = key;
-    ctx.tenantId = resolveTenant(plan.policy.tenant, ctx.req.headers);
+    ctx.tenantId = resolveTenant(plan.policy.tenant, ctx.req);
     ctx.fingerprint = fingerprint(route.fingerprint, ctx.method, ctx.path, ctx.query, ctx.req.headers, ctx.body, json);
     return NEXT;
   },
