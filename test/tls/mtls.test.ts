@@ -160,19 +160,24 @@ describe('upstream over TLS: upstream.tls { ca, cert, key, servername }', () => 
     const before = seenClients.length;
     const proxy = await withTls(`{ ca: ${upstreamPki.caFile}, cert: ${proxyCert.cert}, key: ${proxyCert.key} }`);
     try {
-      const r = await post(proxy, uniqueKey('up-noname'));
+      const key = uniqueKey('up-noname');
+      const r = await post(proxy, key);
       assert.equal(r.status, 502);
+      assert.equal(((await r.json()) as { type: string }).type.split(':').pop(), 'upstream-unreachable', 'a failed handshake is "not sent"');
+      const rows = await sql(db.url, 'SELECT 1 FROM idempotency_keys WHERE idem_key = $1', [key]);
+      assert.equal(rows.length, 0, 'the key is released: a retry runs once the upstream is fixed');
       assert.equal(seenClients.length, before, 'never reached the upstream');
     } finally {
       await proxy.close();
     }
   });
 
-  test('without the private CA the upstream is not trusted: 502', async () => {
+  test('without the private CA the upstream is not trusted: 502, released', async () => {
     const proxy = await withTls(`{ cert: ${proxyCert.cert}, key: ${proxyCert.key}, servername: payments.internal }`);
     try {
       const r = await post(proxy, uniqueKey('up-noca'));
       assert.equal(r.status, 502);
+      assert.equal(((await r.json()) as { type: string }).type.split(':').pop(), 'upstream-unreachable');
     } finally {
       await proxy.close();
     }
