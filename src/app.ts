@@ -3,10 +3,11 @@ import type { Config } from './config/types.js';
 import { createAdminHandler } from './http/admin.js';
 import { listen, type Listener, type ServerTimeouts } from './http/server.js';
 import { createHandler } from './lifecycle/handler.js';
+import { MemoryBudget } from './lifecycle/budget.js';
 import { Plans } from './lifecycle/plan.js';
 import { Waiters } from './lifecycle/waiters.js';
 import { createLogger, type Logger } from './log/logger.js';
-import { createMetrics, type Metrics } from './metrics/metrics.js';
+import { createMetrics, watchGauge, type Metrics } from './metrics/metrics.js';
 import { Router } from './policy/router.js';
 import { createUpstream } from './proxy/upstream.js';
 import { openDb } from './store/open.js';
@@ -94,10 +95,13 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
 
     // Routes and policies are swapped whole on reload: a request reads the plans once, at its route phase.
     const hasCache = cache !== null;
+    const budget = new MemoryBudget(config.limits.maxBufferedBytes);
+    watchGauge(metrics.registry, 'idempotency_proxy_buffered_bytes',
+      'Request bodies and recorded responses held in memory now (limits.maxBufferedBytes)', () => budget.held);
     let live = { config, plans: new Plans(router, { cache: hasCache }) };
     const deps: LifecycleDeps = {
       get plans() { return live.plans; },
-      store, cache, upstream, logger, metrics, waiters: new Waiters(),
+      store, cache, upstream, logger, metrics, waiters: new Waiters(), budget,
     };
     const handler = createHandler(deps);
     const sweeper = startSweeper(db, {

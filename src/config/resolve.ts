@@ -3,13 +3,13 @@
 // REDIS_URL are used when the file does not set store.postgres / store.redis
 // or sets them to an empty value (e.g. an unset ${VAR}).
 
-import type { Config, StoreConfig, UpstreamConfig } from './types.js';
+import type { Config, LimitsConfig, StoreConfig, UpstreamConfig } from './types.js';
 import type { Env } from './interpolate.js';
 import type { Issues, Path } from './issues.js';
 import { checkStoreUrl, parseHostPort, parseUpstreamUrl, type HostPort } from './addresses.js';
 import { isRecord } from './policy-layer.js';
 import { resolveRoutes } from './routes.js';
-import { parseDuration } from './units.js';
+import { parseDuration, parseSize } from './units.js';
 import { checkClientCertTenants, listenAddress, resolveHttp2, resolveListenTls, resolveUpstreamTls } from './listen.js';
 
 /** Command-line overrides. Unset or empty means "not given". */
@@ -36,6 +36,7 @@ const DEFAULTS = {
   sweepBatchSize: 1_000,
   logLevel: 'info',
   shutdownTimeoutMs: 30_000,
+  maxBufferedBytes: 256 * 1024 * 1024,
 } as const;
 
 type Raw = Record<string, unknown>;
@@ -155,6 +156,20 @@ function resolveStore(raw: Raw, flags: ConfigFlags, env: Env, issues: Issues): S
   };
 }
 
+function resolveLimits(raw: Raw, issues: Issues): LimitsConfig {
+  const section = isRecord(raw.limits) ? raw.limits : {};
+  const value = section.maxBufferedBytes;
+  if (typeof value !== 'string' && typeof value !== 'number') return { maxBufferedBytes: DEFAULTS.maxBufferedBytes };
+  try {
+    const bytes = parseSize(value);
+    if (bytes === 0) issues.add(['limits', 'maxBufferedBytes'], 'must be larger than 0');
+    return { maxBufferedBytes: bytes };
+  } catch (error) {
+    issues.add(['limits', 'maxBufferedBytes'], (error as Error).message);
+    return { maxBufferedBytes: DEFAULTS.maxBufferedBytes };
+  }
+}
+
 function resolveLogLevel(raw: Raw, flags: ConfigFlags, issues: Issues): string {
   const source = first([flags.logLevel, ['--log-level']], [raw.logLevel, ['logLevel']]);
   if (source === undefined) return DEFAULTS.logLevel;
@@ -178,6 +193,7 @@ export function resolveConfig(tree: unknown, flags: ConfigFlags, env: Env, issue
     adminToken: resolveAdminToken(raw, issues),
     upstream: resolveUpstream(raw, flags, issues),
     store: resolveStore(raw, flags, env, issues),
+    limits: resolveLimits(raw, issues),
     logLevel: resolveLogLevel(raw, flags, issues),
     shutdownTimeoutMs: duration(raw, 'shutdownTimeout', [], DEFAULTS.shutdownTimeoutMs, issues),
     routes: resolveRoutes(raw.defaults, raw.routes, issues),

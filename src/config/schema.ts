@@ -112,6 +112,7 @@ export function configSchema(): Schema {
         sweepInterval: duration,
         sweepBatchSize: { type: 'integer', minimum: 1 },
       }),
+      limits: section({ maxBufferedBytes: size }),
       logLevel: enumOf('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'),
       shutdownTimeout: duration,
       defaults: section(policyProperties()),

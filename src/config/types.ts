@@ -70,12 +70,18 @@ export interface StoreConfig {
   readonly sweepBatchSize: number;
 }
 
+export interface LimitsConfig {
+  /** Request bodies and recorded responses held in memory by all requests together. */
+  readonly maxBufferedBytes: number;
+}
+
 export interface Config {
   readonly listen: { readonly host: string; readonly port: number };
   readonly admin: { readonly host: string; readonly port: number } | null;
   readonly adminToken: string | null;
   readonly upstream: UpstreamConfig;
   readonly store: StoreConfig;
+  readonly limits: LimitsConfig;
   readonly logLevel: string;
   /** Graceful shutdown: how long in-flight requests get to finish and commit. */
   readonly shutdownTimeoutMs: number;

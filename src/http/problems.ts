@@ -29,6 +29,7 @@ export const Problems = {
   inFlight: def('in-flight', 409, 'Request with this idempotency key is in progress'),
   outcomeUnknown: def('outcome-unknown', 409, 'Outcome of the original request is unknown'),
   storeUnavailable: def('store-unavailable', 503, 'Idempotency key store unavailable'),
+  overloaded: def('overloaded', 503, 'Proxy memory budget exhausted'),
   upstreamUnreachable: def('upstream-unreachable', 502, 'Upstream unreachable'),
   upstreamTimeout: def('upstream-timeout', 504, 'Upstream timed out'),
   upstreamReset: def('upstream-reset', 502, 'Upstream connection failed'),

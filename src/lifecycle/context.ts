@@ -32,6 +32,8 @@ export class RequestContext {
   status = 0;
   // identify
   body: Buffer = EMPTY;
+  /** Bytes this request holds in the memory budget (its body). */
+  buffered = 0;
   tenantId = '';
   key: string | null = null;
   fingerprint: Buffer = EMPTY;

@@ -3,6 +3,7 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { Upstream } from '../proxy/upstream.js';
 import type { ReplayCache } from '../store/cache.js';
 import type { KeyStore } from '../store/key-store.js';
+import type { MemoryBudget } from './budget.js';
 import type { Plans } from './plan.js';
 import type { Waiters } from './waiters.js';
 
@@ -16,4 +17,6 @@ export interface LifecycleDeps {
   readonly logger: Logger;
   readonly metrics: Metrics;
   readonly waiters: Waiters;
+  /** limits.maxBufferedBytes, shared by every request. */
+  readonly budget: MemoryBudget;
 }

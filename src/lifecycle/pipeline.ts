@@ -5,7 +5,8 @@ import { NEXT, type Phase, type Verdict } from './verdict.js';
 
 // Runs a route's phases in order until one answers, then the respond phase.
 // A phase that answers synchronously is not awaited. A key this request
-// claimed is let go (heartbeat stopped, waiters woken) however it ended.
+// claimed is let go (heartbeat stopped, waiters woken) and the bytes it held
+// in the memory budget are given back, however it ended.
 
 export async function runPipeline(deps: LifecycleDeps, ctx: RequestContext, phases: readonly Phase[]): Promise<void> {
   try {
@@ -21,5 +22,7 @@ export async function runPipeline(deps: LifecycleDeps, ctx: RequestContext, phas
     if (done !== undefined) await done;
   } finally {
     ctx.hold?.end();
+    const held = ctx.buffered + (ctx.exchange?.buffered ?? 0);
+    if (held !== 0) deps.budget.give(held);
   }
 }

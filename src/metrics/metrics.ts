@@ -90,3 +90,8 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
     batchSize: new FastHistogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
   };
 }
+
+/** A gauge read when scraped, from a number the composition root owns. */
+export function watchGauge(registry: Registry, name: string, help: string, read: () => number): void {
+  new Gauge({ name, help, registers: [registry], collect() { this.set(read()); } });
+}

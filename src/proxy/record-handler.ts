@@ -26,6 +26,8 @@ export interface Recording {
   readonly started: boolean;
   /** Bytes of body received. */
   readonly size: number;
+  /** Bytes of body held for the record, counted in the memory budget (given back by the caller when done). */
+  readonly buffered: number;
   /** The body was collected whole (it stayed within the limit). */
   readonly retained: boolean;
   /** The held-back last chunk. */
@@ -61,6 +63,8 @@ export interface RecordOptions {
   readonly timeoutMs: number;
   /** Headers the proxy adds to the upstream request, [name, value, …]. */
   readonly extraHeaders?: readonly string[] | null;
+  /** Where the collected body is counted (limits.maxBufferedBytes). */
+  readonly budget?: { take(n: number): void; give(n: number): void } | null;
 }
 
 const EMPTY = Buffer.alloc(0);
@@ -81,8 +85,10 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
   statusCode = 0;
   headers: string[] | null = null;
   size = 0;
+  buffered = 0;
   last: Buffer | null = null;
   readonly timeoutMs: number;
+  private readonly budget: RecordOptions['budget'];
   private readonly limit: number;
   private readonly sentAt = performance.now();
   private written = false;
@@ -98,6 +104,7 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
   constructor(private readonly res: ServerResponse, private readonly recorder: Recorder, opts: RecordOptions) {
     this.limit = opts.limit;
     this.timeoutMs = opts.timeoutMs;
+    this.budget = opts.budget ?? null;
   }
 
   get started(): boolean {
@@ -173,8 +180,19 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
     const size = (this.size += chunk.length);
     const chunks = this.chunks;
     if (chunks !== null) {
-      if (size <= this.limit) chunks.push(chunk);
-      else this.chunks = null;
+      const budget = this.budget;
+      if (size <= this.limit) {
+        chunks.push(chunk);
+        if (budget != null) {
+          budget.take(chunk.length);
+          this.buffered += chunk.length;
+        }
+      } else {
+        // Past the record's limit the body is not kept: its bytes are free again.
+        this.chunks = null;
+        if (budget != null) budget.give(this.buffered);
+        this.buffered = 0;
+      }
     }
     const prev = this.last;
     this.last = chunk;

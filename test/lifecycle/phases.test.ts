@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { loadConfig } from '../../src/config/load.js';
+import { MemoryBudget } from '../../src/lifecycle/budget.js';
 import { RequestContext } from '../../src/lifecycle/context.js';
 import type { LifecycleDeps } from '../../src/lifecycle/deps.js';
 import { bodyPhase } from '../../src/lifecycle/phases/body.js';
@@ -50,7 +51,7 @@ describe('each phase alone', () => {
   const metrics = createMetrics({ processMetrics: false });
   const config = loadConfig({ text: yaml, flags: { upstream: 'http://127.0.0.1:9', databaseUrl: null }, env: {} });
   const plans = (cache: boolean): Plans => new Plans(new Router(config), { cache });
-  let deps = { plans: plans(false), metrics, logger: createLogger('silent') } as unknown as LifecycleDeps;
+  let deps = { plans: plans(false), metrics, logger: createLogger('silent'), budget: new MemoryBudget(1 << 20) } as unknown as LifecycleDeps;
   let phases: Phase[] = [];
   let server: http.Server;
   let url: string;

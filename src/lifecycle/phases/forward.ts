@@ -20,6 +20,7 @@ export const forwardPhase: Phase = {
     recordUpstream(deps.upstream, ctx.req, ctx.body, ctx.res, new Forwarding(deps, ctx, resolve, reject), {
       limit: policy.maxStoredResponseBytes,
       timeoutMs: deps.upstream.timeoutMs,
+      budget: deps.budget,
     });
   }),
 };
