@@ -46,7 +46,8 @@ function checkPair(base: string, cert: Buffer, key: Buffer): void {
     createSecureContext({ cert, key });
   } catch (err) {
     const message = (err as Error).message;
-    const field = /key values mismatch/i.test(message) ? `${base}.key` : /PEM|key|decoder|bad decrypt/i.test(message) ? `${base}.key` : `${base}.cert`;
+    // A mismatch, or a key OpenSSL cannot decode, is the key's fault; the certificate was parsed already.
+    const field = /key|PEM|decoder|bad decrypt/i.test(message) ? `${base}.key` : `${base}.cert`;
     throw new TlsFileError(field, `the certificate and key cannot be used together (${message})`);
   }
 }

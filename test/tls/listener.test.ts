@@ -213,3 +213,28 @@ describe('clear text with http2: true (h2c with prior knowledge beside HTTP/1.1)
     }
   });
 });
+
+describe('graceful shutdown with HTTP/2 sessions open', () => {
+  test('close(): the stream in flight finishes, the session gets a GOAWAY, no new stream starts, close() returns', async () => {
+    const proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: `listen: { address: 127.0.0.1:0, http2: true }\n${ROUTES}` });
+    const session = await h2Connect(proxy.url);
+    const order: string[] = [];
+    session.once('goaway', () => order.push('goaway'));
+    try {
+      const before = upstream.executions();
+      const slow = h2Request(session, '/pay/drain?delay=800', { 'idempotency-key': uniqueKey('drain') }, 'x')
+        .then((r) => { order.push('answered'); return r; });
+      await new Promise((r) => setTimeout(r, 200));
+      const closed = proxy.close().then(() => order.push('closed'));
+      const r = await slow;
+      assert.equal(r.status, 201, 'the stream in flight finished');
+      assert.deepEqual(order, ['goaway', 'answered'], 'GOAWAY at the start of the drain, before the answer');
+      assert.equal(upstream.executions() - before, 1);
+      await assert.rejects(h2Request(session, '/pay/late', { 'idempotency-key': uniqueKey('late') }, 'x'));
+      await closed;
+      assert.deepEqual(order, ['goaway', 'answered', 'closed']);
+    } finally {
+      session.destroy();
+    }
+  });
+});
