@@ -1,4 +1,4 @@
-// The bare pass-through baseline (BENCH.md): node:http in front of one undici
+// The bare pass-through baseline (bench/README.md, Method): node:http in front of one undici
 // Pool with the proxy's pool settings, no idempotency. Forwards method, path,
 // headers (minus hop-by-hop) and body; streams the response back. Whatever
 // the proxy costs beyond this is the price of idempotency.

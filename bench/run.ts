@@ -141,7 +141,7 @@ async function main(): Promise<number> {
  * The side-by-side pair (lib/pair.ts): a baseline and a proxy started for it,
  * each in front of an upstream of its own, so that both sides have the same
  * history (a server's CPU per request moves with what it has served before:
- * bench/README.md, 2026-12-01 02:16), and stopped after it.
+ * bench/README.md, history: 2026-12-01 02:16), and stopped after it.
  */
 async function runPair(ctx: BenchContext, databaseUrl: string | null): Promise<PairResult> {
   if (databaseUrl === null) return failedPair('no database for the pair\'s proxy');

@@ -1,13 +1,14 @@
 import type { DestinationStream } from 'pino';
 import type { Config } from './config/types.js';
 import { createAdminHandler } from './http/admin.js';
+import { isLoopbackHost } from './http/admin-keys.js';
 import { listen, type Listener, type ServerTimeouts } from './http/server.js';
 import { createHandler } from './lifecycle/handler.js';
 import { MemoryBudget } from './lifecycle/budget.js';
 import { Plans } from './lifecycle/plan.js';
 import { Waiters } from './lifecycle/waiters.js';
 import { createLogger, type Logger } from './log/logger.js';
-import { createMetrics, watchGauge, type Metrics } from './metrics/metrics.js';
+import { createMetrics, type Metrics } from './metrics/metrics.js';
 import { Router } from './policy/router.js';
 import { createUpstream } from './proxy/upstream.js';
 import { openDb } from './store/open.js';
@@ -25,6 +26,8 @@ import { planReload } from './ops/reload-plan.js';
 import { tlsReloader } from './ops/tls-reload.js';
 import { readListenTls } from './config/tls-files.js';
 import type { LifecycleDeps } from './lifecycle/deps.js';
+import { startKeyCensus } from './admin/census.js';
+import { KeyOperations } from './admin/keys.js';
 
 // The composition root: the one place that builds pools, cache, logger and
 // metrics and passes them in. No module reaches for a global.
@@ -38,7 +41,12 @@ export interface StartOptions {
   readonly redisCache?: RedisCacheTuning;
   /** Client-side timeouts of the main listener (tests shorten them); defaults in src/http/server.ts. */
   readonly serverTimeouts?: Partial<ServerTimeouts>;
+  /** The key census behind the outcome-unknown and oldest-in-flight gauges (tests shorten it); src/admin/census.ts. */
+  readonly census?: { readonly intervalMs?: number; readonly chunkRows?: number };
 }
+
+/** Key census: one chunk of at most this many rows per tick (docs/operations.md, Metrics). */
+const CENSUS_DEFAULTS = { intervalMs: 5_000, chunkRows: 10_000 };
 
 export interface RunningProxy {
   readonly url: string;
@@ -96,8 +104,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     // Routes and policies are swapped whole on reload: a request reads the plans once, at its route phase.
     const hasCache = cache !== null;
     const budget = new MemoryBudget(config.limits.maxBufferedBytes);
-    watchGauge(metrics.registry, 'idempotency_proxy_buffered_bytes',
-      'Request bodies and recorded responses held in memory now (limits.maxBufferedBytes)', () => budget.held);
+    metrics.bufferedBytes.watch(() => budget.held);
     let live = { config, plans: new Plans(router, { cache: hasCache }) };
     const deps: LifecycleDeps = {
       get plans() { return live.plans; },
@@ -108,14 +115,20 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
       intervalMs: config.store.sweepIntervalMs,
       batchSize: config.store.sweepBatchSize,
       onResult: (r) => {
-        if (r.deleted > 0) {
+        if (r.deleted > 0 || r.steps > 0) {
           metrics.sweeperDeleted.inc(r.deleted);
-          logger.info({ deleted: r.deleted }, 'sweeper deleted expired records');
+          logger.info({ deleted: r.deleted, steps: r.steps }, 'sweeper deleted expired records');
         }
       },
       onError: (e) => logger.warn({ err: (e as Error).message }, 'sweeper failed'),
     });
     cleanups.push(() => sweeper.stop());
+    const census = startKeyCensus(db, {
+      ...CENSUS_DEFAULTS, ...opts.census,
+      onPass: (r) => metrics.keyCensus.publish(r.outcomeUnknown, r.oldestBornAt),
+      onError: (e) => logger.warn({ err: (e as Error).message }, 'key census failed'),
+    });
+    cleanups.push(() => census.stop());
 
     const listenTls = config.listenTls === null ? null : readListenTls(config.listenTls);
     const main = await listen(handler, config.listen.host, config.listen.port, opts.serverTimeouts, { tls: listenTls, http2: config.http2 });
@@ -128,8 +141,12 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
         registry: metrics.registry,
         token: config.adminToken,
         ready: createReadiness(db, { closing: () => closing !== null }),
+        keys: { ops: new KeyOperations(db, store), cache, logger, host: config.admin.host },
       });
       admin = await listen(adminHandler, config.admin.host, config.admin.port);
+      if (config.adminToken === null && !isLoopbackHost(config.admin.host)) {
+        logger.warn({ admin: admin.url }, 'admin key API (/admin/keys) is off: the admin listener is not on loopback and no adminToken is set');
+      }
     }
     if (db.singleInstance) {
       logger.warn({ store: db.description },

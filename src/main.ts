@@ -1,6 +1,8 @@
 #!/usr/bin/env node
-// Entry point: the only place that touches argv, process.exit and signals.
+// Entry point: the only place that touches argv, process.exit and signals
+// (with src/startup-signals.ts, which it imports for the start-up window).
 import './v8-flags.js'; // first: V8 settings before any other module runs
+import { releaseStartupSignals } from './startup-signals.js'; // second: SIGTERM during start-up exits
 import { hideBin } from 'yargs/helpers';
 import { runCli } from './cli/index.js';
 
@@ -16,6 +18,7 @@ const code = await runCli(hideBin(process.argv), {
       if (count > 1) process.exit(130); // second signal: stop now
       fn(sig);
     };
+    releaseStartupSignals();
     process.on('SIGTERM', handler);
     process.on('SIGINT', handler);
   },

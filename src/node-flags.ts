@@ -9,7 +9,7 @@
 // connections the peak RSS was 156-158 MiB with the default, 143-147 with 8
 // and 131-140 with 4. The proxy's throughput did not drop with either:
 // pass-through, new key and replay from Redis measured the same or higher
-// (bench/README.md, 2026-11-30 16:16).
+// (bench/README.md, history: 2026-11-30 16:16).
 export const NODE_FLAGS: readonly string[] = ['--max-semi-space-size=4'];
 
 /** `--max_semi_space_size=4` → `--max-semi-space-size`: node and V8 accept both spellings. */

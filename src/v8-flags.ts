@@ -12,7 +12,7 @@ import { setFlagsFromString } from 'node:v8';
 // third of the young generation is promoted on every scavenge until the next
 // full GC. Whether a process falls into that state is decided early and at
 // random; in it, scavenges took 10 ms instead of 2.5 ms and the pass-through
-// path cost 30–50 µs more per request (bench/README.md). Without
+// path cost 30–50 µs more per request (bench/README.md, history). Without
 // pretenuring, 12 of 12 starts stayed in the normal state, against 8 of 12
 // falling out of it with the default.
 setFlagsFromString('--no-allocation-site-pretenuring');

@@ -3,7 +3,7 @@
 // priming round (BENCH_PRIME seconds a step, not counted) gives every server
 // the same first round: a server's first run under load is its JIT warm-up,
 // and the proxy, with more code to compile than the baseline, lost up to a
-// third of its first run to it (bench/README.md, 14:30).
+// third of its first run to it (bench/README.md, Method; history: 2026-11-30 13:44).
 import type { ServerHandle } from './children.js';
 import { REQUEST_BODY, type BenchContext } from './context.js';
 import type { Plan } from './plan.js';

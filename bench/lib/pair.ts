@@ -3,7 +3,7 @@
 // connections each, both generators on the load CPU, both servers on the
 // server CPU). Whatever the machine does during a round, it does to both, so
 // the pair is free of the drift between consecutive runs that the
-// alternating rows are exposed to (bench/README.md, 2026-12-01).
+// alternating rows are exposed to (bench/README.md, history: 2026-12-01 02:16).
 //
 // Both sides are started for the pair (run.ts), each in front of an upstream
 // of its own (the same program, on the same CPU): the two servers have the

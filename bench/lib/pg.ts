@@ -75,7 +75,7 @@ async function keyTable(c: pg.Client, wanted: string | null): Promise<{ table: s
   throw new Error(`no key table found (looked for ${wanted ?? 'a table with tenant_id and idem_key'}; set BENCH_TABLE)`);
 }
 
-// What each SPEC §3 column gets in a seeded row: completed records of the
+// What each column of docs/storage.md gets in a seeded row: completed records of the
 // bench tenant, valid for a day, keys spread like random client keys.
 const BY_NAME: Record<string, string> = {
   tenant_id: `'bench'`,

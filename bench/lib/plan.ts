@@ -1,8 +1,8 @@
 // Which scenarios one invocation runs (from --only), in which order, and which
 // servers that needs. One repetition alternates baseline and product at each
 // connection count — B, P1, B, P2, …, Pn, B — so every product run sits
-// between two baseline runs and is compared with their mean (BENCH.md:
-// "baseline, product, baseline, product…").
+// between two baseline runs and is compared with their mean (bench/README.md,
+// Method: baseline, product, baseline, product…).
 import { wants, type RunOptions } from './options.js';
 import { BASELINE, BASELINE_1C, SCENARIOS, type Scenario, type ServerId } from './scenarios.js';
 

@@ -96,13 +96,13 @@ function pairTable(pair: PairResult | null): string[] {
   return out;
 }
 
-/** BENCH.md's anchor: the bare baseline's p50 at 1 connection on the machine the latency targets were set on. */
+/** The anchor (bench/README.md, Targets): the bare baseline's p50 at 1 connection on the machine the latency targets were set on. */
 export const ANCHOR_BASELINE_1C_P50_MS = 0.27;
 
 /**
  * The latency targets are absolute, and the machines are not: a sentence
  * putting each 1-connection p50 beside the baseline's own p50 in the same run,
- * and what it would be on BENCH.md's anchor machine if everything scaled
+ * and what it would be on the anchor machine (bench/README.md) if everything scaled
  * alike (a rough guide only: an fsync does not scale with the CPU). The
  * verdict in the table stays the absolute one.
  */
@@ -112,7 +112,7 @@ export function latencyNote(rows: readonly SummaryRow[]): string[] {
   if (base === null || base <= 0 || judged.length === 0) return [];
   const scale = ANCHOR_BASELINE_1C_P50_MS / base;
   const parts = judged.map((r) => `${r.title}: ${ms(r.p50)} ms = ${(r.p50! / base).toFixed(2)}× the baseline's, ≈ ${ms(r.p50! * scale)} ms there (target ${goalText(r.goal)})`);
-  return ['', `At 1 connection the bare baseline's own p50 was ${ms(base)} ms in this run; on BENCH.md's anchor machine it was ${ANCHOR_BASELINE_1C_P50_MS} ms. Scaled alike (rough: an fsync does not scale with the CPU): ${parts.join('; ')}.`];
+  return ['', `At 1 connection the bare baseline's own p50 was ${ms(base)} ms in this run; on the anchor machine (bench/README.md) it was ${ANCHOR_BASELINE_1C_P50_MS} ms. Scaled alike (rough: an fsync does not scale with the CPU): ${parts.join('; ')}.`];
 }
 
 export function renderReport(input: ReportInput): string {

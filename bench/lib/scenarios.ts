@@ -1,5 +1,5 @@
-// The benchmark's scenarios (issue 4), in the order one repetition runs them,
-// and the targets from BENCH.md they are judged against.
+// The benchmark's scenarios, in the order one repetition runs them,
+// and the targets (bench/README.md) they are judged against.
 import type { KeyPlan } from './types.js';
 
 export type ServerId = 'upstream' | 'baseline' | 'proxy-pg' | 'proxy-redis' | 'proxy-embedded';

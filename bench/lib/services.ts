@@ -1,5 +1,5 @@
-// PostgreSQL and Redis for one benchmark run. BENCH.md's method pins them to
-// CPU 0 with the servers, but the machine's shared instances are never
+// PostgreSQL and Redis for one benchmark run. The method (bench/README.md)
+// pins them to CPU 0 with the servers, but the machine's shared instances are never
 // reconfigured (nor re-pinned). So, unless BENCH_PG_URL / BENCH_REDIS_URL
 // name a server (or BENCH_SERVICES=machine asks for the machine's), the run
 // starts its own: a fresh PostgreSQL cluster (initdb in a temporary
@@ -8,11 +8,11 @@
 // and under the harness's guard, so they go away with the run. Where the
 // binaries are missing, the run falls back to the machine's servers and says
 // so in the table header.
-import { chownSync, mkdtempSync, rmSync, statfsSync } from 'node:fs';
+import { mkdtempSync, rmSync, statfsSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { freePort, postgresBinDir } from '../../tools/local-servers.js';
+import { asPostgresUser, freePort, initCluster, postgresBinDir, postgresOptions, redisServerArgs } from '../../tools/local-servers.js';
 import type { ServerHandle } from './children.js';
 import type { BenchContext } from './context.js';
 import { SERVER_CPU } from './servers.js';
@@ -42,11 +42,6 @@ function onPath(cmd: string): boolean {
   }
 }
 
-/** initdb refuses to run as root: as root, the cluster belongs to the `postgres` user. */
-function asPostgresUser(): string[] {
-  return process.getuid?.() === 0 ? ['setpriv', '--reuid=postgres', '--regid=postgres', '--init-groups', '--'] : [];
-}
-
 async function startPostgres(ctx: Ctx, bin: string): Promise<{ handle: ServerHandle; dir: string; tmpfs: boolean }> {
   const parent = process.env['BENCH_PG_DIR'] ?? tmpdir();
   let dir: string;
@@ -57,19 +52,13 @@ async function startPostgres(ctx: Ctx, bin: string): Promise<{ handle: ServerHan
   }
   try {
     const asUser = asPostgresUser();
-    if (asUser.length > 0) {
-      const id = (flag: string): number => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8' }).trim());
-      chownSync(dir, id('-u'), id('-g'));
-    }
-    const data = join(dir, 'data');
-    const [cmd, ...prefix] = [...asUser, join(bin, 'initdb')];
-    execFileSync(cmd!, [...prefix, '-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8'], { stdio: 'ignore' });
+    const data = initCluster(bin, dir, { sync: true });
     const port = await freePort();
     const handle = await ctx.children.start({
       name: 'postgres',
       command: [
-        ...asUser, ...ctx.pin.prefix(SERVER_CPU), join(bin, 'postgres'), '-D', data, '-p', String(port), '-k', dir,
-        '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=on', '-c', 'synchronous_commit=on', '-c', 'max_connections=200',
+        ...asUser, ...ctx.pin.prefix(SERVER_CPU), join(bin, 'postgres'), '-D', data,
+        ...postgresOptions(port, dir, { fsync: 'on', synchronous_commit: 'on', max_connections: '200' }),
       ],
       logFile: join(ctx.tmp, 'postgres.log'),
       env: { ...process.env, LC_ALL: 'C' },
@@ -89,8 +78,7 @@ async function startRedis(ctx: Ctx): Promise<ServerHandle> {
   return ctx.children.start({
     name: 'redis',
     command: [
-      ...ctx.pin.prefix(SERVER_CPU), 'redis-server', '--port', String(port), '--bind', '127.0.0.1',
-      '--save', '', '--appendonly', 'no', '--daemonize', 'no',
+      ...ctx.pin.prefix(SERVER_CPU), 'redis-server', ...redisServerArgs(port),
     ],
     logFile: join(ctx.tmp, 'redis.log'),
     env: process.env,

@@ -1,5 +1,5 @@
 import type { CommandModule } from 'yargs';
-import type { CliIo } from './io.js';
+import { CliError, type CliIo } from './io.js';
 import type { Outcome } from './index.js';
 import type { CommonArgs } from './options.js';
 
@@ -10,7 +10,7 @@ export function checkConfigCommand(io: CliIo, _outcome: Outcome): CommandModule<
     builder: (y) => y.positional('file', { type: 'string', describe: 'YAML file (or --config)' }),
     handler: async (args) => {
       const file = args.file ?? args.config;
-      if (file === undefined) throw new Error('check-config needs a file: idempotency-proxy check-config FILE');
+      if (file === undefined) throw new CliError('check-config needs a file: idempotency-proxy check-config FILE');
       const [{ loadConfig }, { describeConfig }] = await Promise.all([import('../config/load.js'), import('../config/describe.js')]);
       const config = loadConfig({ file, flags: { databaseUrl: args['database-url'] ?? null }, env: io.env });
       io.stdout.write(`${file}: valid\n\n${describeConfig(config)}\n`);

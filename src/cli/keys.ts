@@ -2,26 +2,26 @@ import type { CommandModule } from 'yargs';
 import type { Config, TenantSource } from '../config/types.js';
 import { tenantIdFor } from '../policy/tenant.js';
 import type { KeyRecord } from '../store/records.js';
+import type { Resolution } from '../admin/keys.js';
 import { CliError, type CliIo } from './io.js';
 import type { Outcome } from './index.js';
 import { storeConfig, type CommonArgs } from './options.js';
+import type { ListArgs } from './keys-ops.js';
 
-/** Between the two DELs of a purged key's cached copy (see purge below). */
-const REFILL_SETTLE_MS = 500;
-
-interface KeysArgs extends CommonArgs {
+interface KeysArgs extends CommonArgs, ListArgs {
   action: string;
   tenant?: string;
   'tenant-id'?: string;
-  key: string;
+  key?: string;
   route?: string;
   body?: boolean;
   yes?: boolean;
   json?: boolean;
+  as?: string;
 }
 
 /** The stored tenant id: --tenant-id as is, or --tenant mapped by a route's tenant policy. */
-function resolveTenantId(config: Config, args: KeysArgs): string {
+export function resolveTenantId(config: Config, args: { tenant?: string; 'tenant-id'?: string; route?: string }): string {
   if (args['tenant-id'] !== undefined) return args['tenant-id'];
   const carried = args.tenant ?? '';
   const idem = config.routes.filter((r) => r.mode !== 'passthrough');
@@ -65,21 +65,39 @@ function describe(rec: KeyRecord, withBody: boolean): Record<string, unknown> {
 export function keysCommand(io: CliIo, outcome: Outcome): CommandModule<CommonArgs, KeysArgs> {
   return {
     command: 'keys <action>',
-    describe: 'Inspect (show) or remove (purge) one idempotency record - the operator\'s escape hatch',
+    describe: 'Inspect (show), remove (purge), list or resolve idempotency records - the operator\'s escape hatch',
     builder: (y) => y
-      .positional('action', { choices: ['show', 'purge'] as const, describe: 'show | purge', demandOption: true })
-      .option('key', { type: 'string', demandOption: true, describe: 'the idempotency key as the client sent it' })
+      .positional('action', { choices: ['show', 'purge', 'list', 'resolve'] as const, describe: 'show | purge | list | resolve', demandOption: true })
+      .option('key', { type: 'string', describe: 'the idempotency key as the client sent it (show, purge, resolve)' })
       .option('tenant', { type: 'string', describe: 'the tenant as the request carried it (header value; hashed the same way for fromHeaderHash)' })
       .option('tenant-id', { type: 'string', describe: 'the stored tenant id, as shown by keys show' })
       .option('route', { type: 'string', describe: 'route whose tenant policy maps --tenant (needed when routes differ)' })
       .option('body', { type: 'boolean', default: false, describe: 'show: include the stored response body (base64)' })
       .option('yes', { type: 'boolean', default: false, describe: 'purge: confirm removal' })
+      .option('as', { type: 'string', choices: ['executed', 'not_executed'], describe: 'resolve: the outcome_unknown key\'s operation ran (executed: it never runs again) or did not (not_executed: the key is freed)' })
+      .option('state', { type: 'string', describe: 'list: in_flight | complete | outcome_unknown' })
+      .option('older-than', { type: 'string', describe: 'list: created at least this long ago (15m, 2h)' })
+      .option('limit', { type: 'string', describe: 'list: keys per page (default 100, at most 1000)' })
+      .option('cursor', { type: 'string', describe: 'list: start after this page (the "next" of the previous one)' })
+      .option('all', { type: 'boolean', default: false, describe: 'list: follow the pages to the end' })
+      .option('json', { type: 'boolean', default: false, describe: 'list: print each page as the admin API\'s JSON ({"keys":[...],"next":...})' })
+      .check((a) => {
+        if (a.action !== 'list' && (a.key === undefined || a.key === '')) throw new Error('Missing required argument: key');
+        if (a.action === 'resolve' && a.as === undefined) throw new Error('Missing required argument: as (executed | not_executed)');
+        return true;
+      })
       .conflicts('tenant', 'tenant-id')
       .example('$0 keys show --tenant "Bearer sk_live_..." --key order-42 --config proxy.yaml', '')
-      .example('$0 keys purge --tenant-id acme --key order-42 --yes', ''),
+      .example('$0 keys purge --tenant-id acme --key order-42 --yes', '')
+      .example('$0 keys list --state outcome_unknown --older-than 10m --config proxy.yaml', '')
+      .example('$0 keys resolve --tenant-id acme --key payout-17 --as not_executed --config proxy.yaml', ''),
     handler: async (args) => {
       const config = storeConfig(args, io);
+      // Loaded only when used: the CLI starts fast (src/cli/keys-ops.ts).
+      const ops = await import('./keys-ops.js');
+      if (args.action === 'list') return ops.listKeys(config, args, io);
       const tenantId = resolveTenantId(config, args);
+      const key = args.key!;
       if (args.action === 'purge' && !args.yes) {
         throw new CliError('keys purge removes the record for good: a retry of that key will run the operation again. Add --yes to confirm.');
       }
@@ -89,46 +107,25 @@ export function keysCommand(io: CliIo, outcome: Outcome): CommandModule<CommonAr
       const db = await openDb(config.store, createLogger('silent'));
       try {
         const store = new KeyStore(db);
-        if (args.action === 'show') {
-          const rec = await store.get(tenantId, args.key, args.body === true);
+        if (args.action === 'resolve') {
+          await ops.resolveKey(db, store, config, io, outcome, tenantId, key, args.as as Resolution);
+        } else if (args.action === 'show') {
+          const rec = await new ops.KeyOperations(db, store).show(tenantId, key, args.body === true);
           if (rec === null) {
-            io.stdout.write(`no record for key ${JSON.stringify(args.key)} under tenant id ${JSON.stringify(tenantId)}\n`);
+            io.stdout.write(`no record for key ${JSON.stringify(key)} under tenant id ${JSON.stringify(tenantId)}\n`);
             outcome.code = 1;
             return;
           }
           io.stdout.write(`${JSON.stringify(describe(rec, args.body === true), null, 2)}\n`);
         } else {
-          const state = await store.purge(tenantId, args.key);
+          const state = await new ops.KeyOperations(db, store).purge(tenantId, key);
           if (state === null) {
-            io.stdout.write(`no record for key ${JSON.stringify(args.key)} under tenant id ${JSON.stringify(tenantId)}\n`);
+            io.stdout.write(`no record for key ${JSON.stringify(key)} under tenant id ${JSON.stringify(tenantId)}\n`);
             outcome.code = 1;
             return;
           }
-          io.stdout.write(`purged key ${JSON.stringify(args.key)} (was ${state}); the next request with it runs the operation\n`);
-          if (config.store.redis !== null) {
-            // The cached replay must go too, or Redis would keep answering it.
-            const [{ createRedisCache, defaultCachePrefix }, { createMetrics }] = await Promise.all([
-              import('../store/redis-cache.js'), import('../metrics/metrics.js'),
-            ]);
-            const cache = createRedisCache({ url: config.store.redis, prefix: defaultCachePrefix(config.store), commandTimeoutMs: 2000 },
-              { metrics: createMetrics({ processMetrics: false }) });
-            try {
-              // Twice: a replay that read the row before the purge puts the
-              // record back into Redis right after answering (the refill);
-              // one that was on its way during the first DEL has landed
-              // by the second.
-              let ok = (await cache.ready(3000)) && (await cache.purge(tenantId, args.key));
-              if (ok) {
-                await new Promise((r) => setTimeout(r, REFILL_SETTLE_MS));
-                ok = await cache.purge(tenantId, args.key);
-              }
-              io.stdout.write(ok ? 'removed the cached copy from Redis\n'
-                : 'warning: Redis could not be reached: a cached copy may still be replayed until its TTL ends (at most 1 h)\n');
-              if (!ok) outcome.code = 1;
-            } finally {
-              await cache.close();
-            }
-          }
+          io.stdout.write(`purged key ${JSON.stringify(key)} (was ${state}); the next request with it runs the operation\n`);
+          if (!(await ops.dropCachedCopy(config, io, tenantId, key))) outcome.code = 1;
         }
       } finally {
         await db.close();
@@ -136,3 +133,4 @@ export function keysCommand(io: CliIo, outcome: Outcome): CommandModule<CommonAr
     },
   };
 }
+

@@ -26,7 +26,8 @@ export function serveCommand(io: CliIo, outcome: Outcome): CommandModule<CommonA
       const [{ startProxy }, { reloadFromFile }] = await Promise.all([import('../app.js'), import('../ops/reload.js')]);
       const proxy = await startProxy(config);
       // The signal handlers first, in the same tick as "proxy listening":
-      // until they are registered, SIGTERM's default action ends the process.
+      // until they are registered, SIGTERM ends the process at once
+      // (src/startup-signals.ts; also when node is a container's PID 1).
       let stopping = false;
       const stopped = new Promise<void>((resolve) => {
         io.onShutdownSignal((signal) => {

@@ -89,7 +89,7 @@ export function describeConfig(config: Config): string {
     ['listen', address(config.listen)],
     ['admin', admin],
     ['upstream', `${upstream.url} (timeout ${formatDuration(upstream.timeoutMs)}, ${upstream.connections} connections)`],
-    ['store', store.postgres === null ? `embedded PGlite in ${store.dataDir} (single instance only)` : `PostgreSQL ${maskUrl(store.postgres)} (pool ${store.poolSize})`],
+    ['store', store.postgres === null ? `embedded PGlite in ${store.dataDir} (single instance only)` : `PostgreSQL ${maskUrl(store.postgres)} (pool ${store.poolSize}, timeout ${formatDuration(store.timeoutMs)}${store.preparedStatements ? '' : ', unnamed statements'})`],
     ['cache', store.redis === null ? 'none' : `Redis ${maskUrl(store.redis)}`],
     ['migrations', store.migrate ? 'applied by serve at start' : 'not applied by serve (run migrate)'],
     ['sweeper', `every ${formatDuration(store.sweepIntervalMs)}, ${store.sweepBatchSize} rows per batch`],

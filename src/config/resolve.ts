@@ -1,5 +1,5 @@
 // The validated tree + command-line flags + environment → Config.
-// Precedence (SPEC §5): flag beats file beats environment. DATABASE_URL and
+// Precedence (docs/contract.md, Command line): flag beats file beats environment. DATABASE_URL and
 // REDIS_URL are used when the file does not set store.postgres / store.redis
 // or sets them to an empty value (e.g. an unset ${VAR}).
 
@@ -34,6 +34,7 @@ const DEFAULTS = {
   poolSize: 10,
   sweepIntervalMs: 60_000,
   sweepBatchSize: 1_000,
+  storeTimeoutMs: 5_000,
   logLevel: 'info',
   shutdownTimeoutMs: 30_000,
   maxBufferedBytes: 256 * 1024 * 1024,
@@ -153,6 +154,9 @@ function resolveStore(raw: Raw, flags: ConfigFlags, env: Env, issues: Issues): S
     migrate: typeof section.migrate === 'boolean' ? section.migrate : true,
     sweepIntervalMs: duration(section, 'sweepInterval', ['store'], DEFAULTS.sweepIntervalMs, issues),
     sweepBatchSize: integer(section.sweepBatchSize, DEFAULTS.sweepBatchSize),
+    // Store hardening (docs/configuration.md).
+    timeoutMs: duration(section, 'timeout', ['store'], DEFAULTS.storeTimeoutMs, issues),
+    preparedStatements: typeof section.preparedStatements === 'boolean' ? section.preparedStatements : true,
   };
 }
 

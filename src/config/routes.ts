@@ -1,5 +1,5 @@
 // Routes: each route's layer over the `defaults` layer over the built-in
-// defaults (SPEC §4), merged field by field (fingerprint sub-field by
+// defaults (docs/contract.md, Configuration), merged field by field (fingerprint sub-field by
 // sub-field), then checked across fields. No routes → one implicit route
 // named "default" matching every path.
 
@@ -14,7 +14,7 @@ type Resolved = Omit<RoutePolicy, 'name' | 'match' | 'key'>;
 /** The built-in key source: the Idempotency-Key header. */
 export const BUILTIN_KEY: KeySource = { kind: 'header', header: 'idempotency-key' };
 
-/** The built-in defaults, exactly as SPEC §4 shows them. */
+/** The built-in defaults, exactly as docs/contract.md (Configuration) shows them. */
 export const BUILTIN_POLICY: Resolved = {
   methods: ['POST', 'PATCH'],
   required: false,

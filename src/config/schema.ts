@@ -1,4 +1,4 @@
-// The JSON Schema of the YAML file (SPEC §4 plus documented extensions).
+// The JSON Schema of the YAML file (docs/configuration.md, every field).
 // Every object is closed (additionalProperties: false): an unknown field is an
 // error. Shapes and types only; units, addresses, pointers and cross-field
 // rules are checked in semantic passes that report alongside these errors.
@@ -111,6 +111,9 @@ export function configSchema(): Schema {
         migrate: { type: 'boolean' },
         sweepInterval: duration,
         sweepBatchSize: { type: 'integer', minimum: 1 },
+        // Store hardening (docs/configuration.md): bound and statement mode.
+        timeout: duration,
+        preparedStatements: { type: 'boolean' },
       }),
       limits: section({ maxBufferedBytes: size }),
       logLevel: enumOf('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'),

@@ -68,6 +68,9 @@ export interface StoreConfig {
   readonly migrate: boolean; // serve applies migrations at start
   readonly sweepIntervalMs: number;
   readonly sweepBatchSize: number;
+  // Store hardening (docs/configuration.md).
+  readonly timeoutMs: number; // store.timeout: bound on every store round trip
+  readonly preparedStatements: boolean; // false: unnamed statements (PgBouncer transaction mode)
 }
 
 export interface LimitsConfig {

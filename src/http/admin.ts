@@ -1,8 +1,10 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
+import { createKeysApi, type KeysApiDeps } from './admin-keys.js';
 
-// The admin listener: /metrics, /healthz, /readyz. Loopback by default.
+// The admin listener: /metrics, /healthz, /readyz, and the key API under
+// /admin/keys (./admin-keys.ts; docs/operations.md). Loopback by default.
 // With an admin token, every path requires `Authorization: Bearer <token>`
 // except the two probes: kubelet and Docker health checks carry no secret,
 // so /healthz and /readyz answer without it, and /readyz names the reason it
@@ -13,6 +15,8 @@ export interface AdminDeps {
   readonly token: string | null;
   /** Resolves to null when ready, or a reason when not. */
   readonly ready: () => Promise<string | null>;
+  /** The key API; absent: /admin/keys is not served. */
+  readonly keys?: Omit<KeysApiDeps, 'token'>;
 }
 
 const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
@@ -29,13 +33,18 @@ export function createAdminHandler(deps: AdminDeps): (req: IncomingMessage, res:
     res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(s), 'cache-control': 'no-store', ...extra });
     res.end(s);
   };
+  const keys = deps.keys === undefined ? null : createKeysApi({ ...deps.keys, token: deps.token });
   return (req, res) => {
-    const path = (req.url ?? '/').split('?')[0];
+    const path = (req.url ?? '/').split('?')[0]!;
     if (path === '/healthz') {
       json(res, 200, { status: 'ok' });
       return;
     }
     const ok = authorized(req);
+    if (keys !== null && (path === '/admin/keys' || path.startsWith('/admin/keys/'))) {
+      keys(req, res, path, ok);
+      return;
+    }
     if (path === '/readyz') {
       const unready = (reason: string): void => json(res, 503, ok ? { status: 'unready', reason } : { status: 'unready' });
       deps.ready().then(
@@ -57,7 +66,7 @@ export function createAdminHandler(deps: AdminDeps): (req: IncomingMessage, res:
         (err: Error) => json(res, 500, { error: err.message }),
       );
     } else {
-      json(res, 404, { status: 'not found', paths: ['/metrics', '/healthz', '/readyz'] });
+      json(res, 404, { status: 'not found', paths: ['/metrics', '/healthz', '/readyz', ...(keys === null ? [] : ['/admin/keys'])] });
     }
   };
 }

@@ -28,6 +28,7 @@ export const Problems = {
   keyMismatch: def('key-mismatch', 422, 'Idempotency key reused with a different request'),
   inFlight: def('in-flight', 409, 'Request with this idempotency key is in progress'),
   outcomeUnknown: def('outcome-unknown', 409, 'Outcome of the original request is unknown'),
+  executedUnrecorded: def('executed-unrecorded', 409, 'Operation executed; its response was not recorded'),
   storeUnavailable: def('store-unavailable', 503, 'Idempotency key store unavailable'),
   overloaded: def('overloaded', 503, 'Proxy memory budget exhausted'),
   upstreamUnreachable: def('upstream-unreachable', 502, 'Upstream unreachable'),

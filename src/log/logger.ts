@@ -15,7 +15,7 @@ const SLEEP = new Int32Array(new SharedArrayBuffer(4));
  * pass) and the buffer is written with fs.writeSync: no string is kept
  * between requests, joined, measured or converted again (writing strings
  * through SonicBoom measured and encoded every batch two to three times,
- * about 11 000 instructions per request under callgrind; bench/README.md).
+ * about 11 000 instructions per request under callgrind; bench/README.md, history).
  *
  * Writes are synchronous, as pino's default: a stalled log reader slows the
  * proxy rather than growing its memory without bound. A full non-blocking

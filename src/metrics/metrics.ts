@@ -1,4 +1,5 @@
 import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { KeyCensusGauges } from './census.js';
 import { FastCounter, FastHistogram } from './fast.js';
 
 // Our own registry (no prom-client globals). One name per phase, as in the
@@ -22,12 +23,15 @@ export interface Metrics {
   readonly cache: FastCounter<'result'>;
   readonly cacheBreakerOpen: Gauge;
   readonly inFlight: InFlightGauge;
+  readonly bufferedBytes: SampledGauge;
   readonly leaseTakeovers: FastCounter<'route'>;
   readonly leaseLost: FastCounter<'route'>;
   readonly sweeperDeleted: FastCounter;
   readonly shadowDecisions: FastCounter<'route' | 'decision'>;
   readonly failures: FastCounter<'route' | 'phase' | 'source'>;
   readonly batchSize: FastHistogram<'statement'>;
+  /** Set by the key census (src/admin/census.ts), not per request. */
+  readonly keyCensus: KeyCensusGauges;
 }
 
 /**
@@ -64,6 +68,20 @@ export class InFlightGauge {
   }
 }
 
+/** A gauge read when scraped, from a number the composition root owns (`watch`). */
+export class SampledGauge {
+  #read: () => number = () => 0;
+
+  constructor(cfg: { name: string; help: string; registers: Registry[] }) {
+    const self = this;
+    new Gauge({ ...cfg, collect() { this.set(self.#read()); } });
+  }
+
+  watch(read: () => number): void {
+    this.#read = read;
+  }
+}
+
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
 export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics {
@@ -82,16 +100,14 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
     cache: new FastCounter({ name: 'idempotency_proxy_cache_total', help: 'Redis lookaside results: hit, miss, error, skipped (breaker open)', labelNames: ['result'], registers }),
     cacheBreakerOpen: new Gauge({ name: 'idempotency_proxy_cache_breaker_open', help: '1 while the Redis circuit breaker is open', registers }),
     inFlight: new InFlightGauge({ name: 'idempotency_proxy_keys_in_flight', help: 'Keys this instance holds claimed right now', registers }),
+    bufferedBytes: new SampledGauge({ name: 'idempotency_proxy_buffered_bytes', help: 'Request bodies and recorded responses held in memory now (limits.maxBufferedBytes)', registers }),
     leaseTakeovers: new FastCounter({ name: 'idempotency_proxy_lease_takeovers_total', help: 'Claims that took over an expired lease (a previous holder crashed or stalled)', labelNames: ['route'], registers }),
     leaseLost: new FastCounter({ name: 'idempotency_proxy_lease_lost_total', help: 'Commits or lease extensions fenced out because the lease was taken over', labelNames: ['route'], registers }),
     sweeperDeleted: new FastCounter({ name: 'idempotency_proxy_sweeper_deleted_total', help: 'Expired records deleted by the sweeper', registers }),
     shadowDecisions: new FastCounter({ name: 'idempotency_proxy_shadow_decisions_total', help: 'What enforcement would have done on shadow routes', labelNames: ['route', 'decision'], registers }),
     failures: new FastCounter({ name: 'idempotency_proxy_failures_total', help: 'Requests that ended in a failure, by the phase where it ended and who failed (store, upstream, internal)', labelNames: ['route', 'phase', 'source'], registers }),
     batchSize: new FastHistogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
+    keyCensus: new KeyCensusGauges(registers),
   };
 }
 
-/** A gauge read when scraped, from a number the composition root owns. */
-export function watchGauge(registry: Registry, name: string, help: string, read: () => number): void {
-  new Gauge({ name, help, registers: [registry], collect() { this.set(read()); } });
-}

@@ -2,7 +2,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { KeySource } from '../config/types.js';
 import { resolvePointer, type JsonValue } from './json.js';
 
-// Key extraction and validation (SPEC §1 step 2). Expected failures are values.
+// Key extraction and validation (docs/contract.md, step 2). Expected failures are values.
 
 export const MAX_KEY_LENGTH = 255;
 
@@ -102,8 +102,4 @@ export function keyFromBody(json: JsonValue | undefined, pointer: string, tokens
   else if (typeof v === 'number' && Number.isSafeInteger(v)) key = String(v);
   else return malformed(`the value at ${pointer} must be a string or an integer to serve as the key`);
   return checkChars(key, `the key at ${pointer}`) ?? key;
-}
-
-export function keyHeaderName(source: KeySource): string | null {
-  return source.kind === 'fromBody' ? null : source.header;
 }

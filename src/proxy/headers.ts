@@ -15,8 +15,15 @@ export const PER_REQUEST_IDS: ReadonlySet<string> = new Set([
   'x-amzn-requestid', 'x-amzn-trace-id', 'x-b3-traceid', 'x-b3-spanid', 'server-timing',
 ]);
 
+/**
+ * The proxy's own request header to the upstream on a request that owns its
+ * key (docs/co-commit.md). One a client sent is never forwarded, on any path:
+ * it would let the client name another request's claim.
+ */
+export const CLAIM_HEADER = 'idempotency-claim';
+
 /** Never stored: framing headers are recomputed on replay, Date is per response. */
-const NEVER_STORED: ReadonlySet<string> = new Set(['content-length', 'date', 'set-cookie', 'idempotent-replayed']);
+export const NEVER_STORED: ReadonlySet<string> = new Set(['content-length', 'date', 'set-cookie', 'idempotent-replayed']);
 
 /**
  * The stored-header filter of a route: every end-to-end header except the
@@ -41,7 +48,7 @@ export function compileStoredHeaders(add: readonly string[], drop: readonly stri
  */
 const WATCHED_LENGTHS: readonly boolean[] = (() => {
   const out: boolean[] = [];
-  for (const n of [...HOP_BY_HOP, 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'expect', 'content-length']) out[n.length] = true;
+  for (const n of [...HOP_BY_HOP, 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'expect', 'content-length', CLAIM_HEADER]) out[n.length] = true;
   for (let i = 0; i < out.length; i++) out[i] ??= false;
   return out;
 })();
@@ -72,7 +79,8 @@ export interface ForwardInfo {
 
 /**
  * Request headers for the upstream: hop-by-hop removed, X-Forwarded-* added,
- * everything else (the idempotency key included) passed on untouched.
+ * a client's Idempotency-Claim removed, everything else (the idempotency key
+ * included) passed on untouched.
  * rawHeaders keeps repeated lines and original case.
  */
 export function upstreamRequestHeaders(raw: readonly string[], headers: IncomingHttpHeaders, info: ForwardInfo, dropBodyFraming: boolean): string[] {
@@ -96,6 +104,7 @@ export function upstreamRequestHeaders(raw: readonly string[], headers: Incoming
     // sent at once (and undici refuses the header).
     if (lower === 'expect') continue;
     if (dropBodyFraming && lower === 'content-length') continue;
+    if (lower === CLAIM_HEADER) continue;
     out.push(name, raw[i + 1]!);
   }
   out.push('x-forwarded-for', xff === undefined ? info.clientIp : `${xff}, ${info.clientIp}`);
@@ -133,21 +142,4 @@ export function clientResponseHeadersRaw(raw: readonly Buffer[]): string[] {
   const kept: string[] = [];
   for (let i = 0; i < out.length; i += 2) if (!named.has(out[i]!.toLowerCase())) kept.push(out[i]!, out[i + 1]!);
   return kept;
-}
-
-/**
- * Response headers for the client from undici's headers object: hop-by-hop
- * removed. Returns flat [name, value, …] pairs; repeated headers stay repeated.
- */
-export function clientResponseHeaders(headers: Record<string, string | string[] | undefined>): string[] {
-  const conn = connectionTokens(headers.connection);
-  const out: string[] = [];
-  for (const name in headers) {
-    if (HOP_BY_HOP.has(name) || (conn !== null && conn.has(name))) continue;
-    const v = headers[name];
-    if (v === undefined) continue;
-    if (Array.isArray(v)) for (const x of v) out.push(name, x);
-    else out.push(name, v);
-  }
-  return out;
 }

@@ -1,3 +1,5 @@
+import { StoreUnavailableError } from './db/port.js';
+
 // Group commit for statements: requests that arrive together share one round
 // trip and one durable commit. A batch is sent at the end of the event loop's
 // current turn (setImmediate), so every request whose bytes came in the same
@@ -6,18 +8,28 @@
 // same turn, with no added latency. Items with equal `key(item)` never share
 // a batch (one statement must not touch the same row twice); the later one
 // waits for the next batch.
+//
+// With `timeoutMs` (store.timeout), a request's wait for a statement slot
+// counts against its bound: a batch is sent with what is left of its oldest
+// request's budget, and a request still queued when its budget is spent is
+// refused (StoreUnavailableError) without being sent. A store that hangs
+// answers every request within the bound, however many wait behind it.
 
 export interface BatcherOptions<I, O> {
-  readonly run: (items: readonly I[]) => Promise<readonly O[]>;
+  /** `budgetMs`: what is left of the oldest item's timeout (undefined without one). */
+  readonly run: (items: readonly I[], budgetMs: number | undefined) => Promise<readonly O[]>;
   readonly key?: (item: I) => string;
   readonly maxBatch: number;
   readonly maxInFlight: number;
+  readonly timeoutMs?: number | null;
 }
 
 interface Pending<I, O> {
   readonly item: I;
   readonly resolve: (o: O) => void;
   readonly reject: (e: unknown) => void;
+  /** performance.now() at submit. */
+  readonly at: number;
 }
 
 export class Batcher<I, O> {
@@ -37,7 +49,7 @@ export class Batcher<I, O> {
 
   submit(item: I): Promise<O> {
     return new Promise<O>((resolve, reject) => {
-      this.queue.push({ item, resolve, reject });
+      this.queue.push({ item, resolve, reject, at: performance.now() });
       this.schedule();
     });
   }
@@ -54,12 +66,13 @@ export class Batcher<I, O> {
   }
 
   private flush(): void {
+    const budget = this.expire();
     if (this.queue.length === 0) return;
     const batch = this.take();
     this.inFlight++;
     let settled: Promise<void>;
     try {
-      settled = this.opts.run(batch.map((p) => p.item)).then(
+      settled = this.opts.run(batch.map((p) => p.item), budget === undefined ? undefined : budget - (performance.now() - batch[0]!.at)).then(
         (results) => {
           for (let i = 0; i < batch.length; i++) batch[i]!.resolve(results[i]!);
         },
@@ -75,6 +88,19 @@ export class Batcher<I, O> {
       this.inFlight--;
       if (this.queue.length > 0) this.schedule();
     });
+  }
+
+  /** Refuses the queued items whose budget is spent (a prefix: the queue is in submit order). */
+  private expire(): number | undefined {
+    const ms = this.opts.timeoutMs ?? undefined;
+    if (ms === undefined || this.queue.length === 0) return ms;
+    const now = performance.now();
+    let n = 0;
+    while (n < this.queue.length && now - this.queue[n]!.at >= ms) n++;
+    if (n === 0) return ms;
+    const err = new StoreUnavailableError(`no answer from the key store within ${ms} ms (store.timeout): statements ahead of this one did not return`);
+    for (const p of this.queue.splice(0, n)) p.reject(err);
+    return ms;
   }
 
   private take(): Pending<I, O>[] {

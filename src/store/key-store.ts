@@ -66,16 +66,15 @@ export class KeyStore {
     this.singleRow = opts.singleRowStatements ?? true;
     const maxBatch = opts.maxBatch ?? 256;
     const maxInFlight = opts.maxInFlight ?? (db.singleInstance ? 1 : 2);
+    const sizes = { maxBatch, maxInFlight, timeoutMs: db.timeoutMs };
     this.claims = new Batcher({
-      run: (items) => this.runClaims(items),
-      maxBatch,
-      maxInFlight,
+      run: (items, budgetMs) => this.runClaims(items, budgetMs),
+      ...sizes,
     });
     this.commits = new Batcher({
-      run: (items) => this.runCommits(items),
+      run: (items, budgetMs) => this.runCommits(items, budgetMs),
       key: (c) => `${c.tenantId}\u0000${c.key}`,
-      maxBatch,
-      maxInFlight,
+      ...sizes,
     });
   }
 
@@ -84,7 +83,7 @@ export class KeyStore {
   }
 
   /**
-   * Claims a key or reports what holds it, in SPEC order: mismatch, then in
+   * Claims a key or reports what holds it, in the order of docs/contract.md (step 5): mismatch, then in
    * flight, then outcome unknown, then complete.
    */
   async claim(req: ClaimRequest): Promise<ClaimOutcome> {
@@ -152,7 +151,7 @@ export class KeyStore {
    * — a key this batch claimed is in flight for them — so a storm of N
    * duplicates costs one round trip, not N.
    */
-  private async runClaims(items: readonly ClaimRequest[]): Promise<RawClaim[]> {
+  private async runClaims(items: readonly ClaimRequest[], budgetMs?: number): Promise<RawClaim[]> {
     const n = items.length;
     if (n === 1 && this.singleRow) {
       this.onBatch?.('claim', 1);
@@ -160,7 +159,7 @@ export class KeyStore {
       const rows = await this.db.query<ClaimRow>(claimOneStatement, [
         c.tenantId, c.key, c.fingerprint.toString('hex'), c.ownerToken, c.leaseMs, c.ttlMs,
         c.onExpiredLease, c.route, c.method, c.path,
-      ]);
+      ], budgetMs);
       const row = rows[0];
       return [row === undefined ? { kind: 'absent' } : rawFromRow(row, c.fingerprint)];
     }
@@ -189,7 +188,7 @@ export class KeyStore {
     }
     const rows = await this.db.query<ClaimRow>(claimStatement, [
       tenants, keys, fps, owners, leases, ttls, policies, routes, methods, paths,
-    ]);
+    ], budgetMs);
     const out = new Array<RawClaim>(n);
     const rowOf = new Array<ClaimRow | undefined>(n);
     for (const row of rows) {
@@ -206,17 +205,17 @@ export class KeyStore {
     return out;
   }
 
-  private async runCommits(items: readonly CommitRequest[]): Promise<CommitOutcome[]> {
+  private async runCommits(items: readonly CommitRequest[], budgetMs?: number): Promise<CommitOutcome[]> {
     const n = items.length;
     if (n === 1 && this.singleRow) {
       this.onBatch?.('commit', 1);
       const c = items[0]!;
-      const rows = await this.db.query<{ ttl_left_ms: number }>(commitOneStatement, [
+      const rows = await this.db.query<{ ttl_left_ms: number; kept: boolean }>(commitOneStatement, [
         c.tenantId, c.key, c.ownerToken, c.response.status, JSON.stringify(c.response.headers),
         c.response.body.toString('hex'), c.response.bodyRetained, c.response.bodySize,
-      ]);
+      ], budgetMs);
       const row = rows[0];
-      return [row === undefined ? { committed: false } : { committed: true, ttlLeftMs: row.ttl_left_ms }];
+      return [row === undefined ? { committed: false } : { committed: true, ttlLeftMs: row.ttl_left_ms, kept: row.kept }];
     }
     const tenants = new Array<string>(n), keys = new Array<string>(n), owners = new Array<string>(n);
     const statuses = new Array<number>(n), headers = new Array<string>(n), bodies = new Array<string>(n);
@@ -229,15 +228,12 @@ export class KeyStore {
       sizes[i] = c.response.bodySize;
     }
     this.onBatch?.('commit', n);
-    const rows = await this.db.query<{ tenant_id: string; idem_key: string; ttl_left_ms: number }>(commitStatement, [
+    const rows = await this.db.query<{ tenant_id: string; idem_key: string; ttl_left_ms: number; kept: boolean }>(commitStatement, [
       tenants, keys, owners, statuses, headers, bodies, retained, sizes,
-    ]);
-    const done = new Map<string, number>();
-    for (const r of rows) done.set(`${r.tenant_id}\u0000${r.idem_key}`, r.ttl_left_ms);
-    return items.map((c): CommitOutcome => {
-      const ttl = done.get(`${c.tenantId}\u0000${c.key}`);
-      return ttl === undefined ? { committed: false } : { committed: true, ttlLeftMs: ttl };
-    });
+    ], budgetMs);
+    const done = new Map<string, CommitOutcome>();
+    for (const r of rows) done.set(`${r.tenant_id}\u0000${r.idem_key}`, { committed: true, ttlLeftMs: r.ttl_left_ms, kept: r.kept });
+    return items.map((c): CommitOutcome => done.get(`${c.tenantId}\u0000${c.key}`) ?? { committed: false });
   }
 }
 

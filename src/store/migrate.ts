@@ -1,5 +1,6 @@
 import type { Db, Queryable } from './db/port.js';
 import { migrations, latestVersion, type Migration } from './migrations/index.js';
+import { splitStatements } from './migrations/split.js';
 
 // Any fixed 64-bit number; the same in every instance.
 const MIGRATION_LOCK = 0x1de0_7e17; // "idempotent"
@@ -43,7 +44,7 @@ export async function migrate(db: Db): Promise<MigrateResult> {
 }
 
 async function runScript(tx: Queryable, sql: string): Promise<void> {
-  for (const statement of sql.split(/;\s*\n/).map((s) => s.trim()).filter(Boolean)) {
+  for (const statement of splitStatements(sql)) {
     await tx.query({ name: '', text: statement }, []);
   }
 }

@@ -3,6 +3,7 @@ import type { Logger } from '../log/logger.js';
 import { createPgDb } from './db/pg.js';
 import { createPgliteDb } from './db/pglite.js';
 import type { Db } from './db/port.js';
+import { prepareDataDir } from './data-dir.js';
 
 /** PostgreSQL when a URL is configured, the embedded PGlite store otherwise. */
 export async function openDb(cfg: StoreConfig, logger: Logger): Promise<Db> {
@@ -10,9 +11,12 @@ export async function openDb(cfg: StoreConfig, logger: Logger): Promise<Db> {
     return createPgDb({
       connectionString: cfg.postgres,
       max: cfg.poolSize,
+      timeoutMs: cfg.timeoutMs,
+      preparedStatements: cfg.preparedStatements,
       onError: (err) => logger.warn({ err: err.message }, 'idle PostgreSQL connection lost'),
     });
   }
   logger.info({ dataDir: cfg.dataDir }, 'opening the embedded store (PGlite)');
+  prepareDataDir(cfg.dataDir);
   return createPgliteDb(cfg.dataDir);
 }

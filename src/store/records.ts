@@ -39,8 +39,15 @@ export interface CommitRequest {
   readonly response: StoredResponse;
 }
 
-/** committed: false means the lease was taken over (fenced out). */
-export type CommitOutcome = { readonly committed: true; readonly ttlLeftMs: number } | { readonly committed: false };
+/**
+ * committed: false means the lease was taken over (fenced out). kept: the row
+ * was already complete under this claim (settled by the upstream in its own
+ * transaction, or an earlier try of this commit): the stored record is the
+ * one that was there, not necessarily this response.
+ */
+export type CommitOutcome =
+  | { readonly committed: true; readonly ttlLeftMs: number; readonly kept?: boolean }
+  | { readonly committed: false };
 
 export interface KeyRecord {
   readonly tenantId: string;

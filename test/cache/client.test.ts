@@ -6,7 +6,8 @@ import { createMetrics } from '../../src/metrics/metrics.js';
 import { createRedisCache, type RedisCache } from '../../src/store/redis-cache.js';
 import type { StoredResponse } from '../../src/store/records.js';
 import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts } from './helpers/proxy.js';
-import { SHARED_REDIS_URL, deletePrefix, sharedRedis, startThrowawayRedis, uniquePrefix } from './helpers/redis.js';
+import { deletePrefix, SHARED_REDIS_URL, sharedRedis, uniquePrefix } from '../helpers/redis.js';
+import { startThrowawayRedis } from '../helpers/servers.js';
 
 // The RedisCache object on its own, against the shared Redis under a
 // prefix of its own: the port's contract without the HTTP lifecycle.

@@ -3,8 +3,12 @@ import assert from 'node:assert/strict';
 import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { breakerOpen, cacheCounts, startCacheProxy, timed, waitFor } from './helpers/proxy.js';
-import { freePort, startThrowawayRedis, uniquePrefix, type ThrowawayRedis } from './helpers/redis.js';
+import { breakerOpen, cacheCounts, timed } from './helpers/proxy.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { sleep, waitFor } from '../helpers/wait.js';
+import { freePort } from '../../tools/local-servers.js';
+import { startThrowawayRedis, type ThrowawayRedis } from '../helpers/servers.js';
+import { uniquePrefix } from '../helpers/redis.js';
 
 // Redis down, stopped or flushed changes nothing but latency: every key runs
 // exactly once, every replay is right (from PostgreSQL), each request stays
@@ -51,11 +55,11 @@ describe('Redis down, slow or flushed', () => {
       res.writeHead(201, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ execution: n, key: req.headers['idempotency-key'] }));
     });
-    proxy = await startCacheProxy({
+    proxy = await startTestProxy({
       upstream: upstream.url, databaseUrl: db.url, redisUrl: redis.url, yaml: YAML,
-      cache: { prefix: uniquePrefix(), commandTimeoutMs: 50, breakerThreshold: 5, breakerCoolDownMs: 200 },
+      start: { redisCache: { prefix: uniquePrefix(), commandTimeoutMs: 50, breakerThreshold: 5, breakerCoolDownMs: 200 } },
     });
-    control = await startCacheProxy({ upstream: upstream.url, databaseUrl: db.url, redisUrl: null, yaml: YAML });
+    control = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, redisUrl: null, yaml: YAML });
   });
 
   after(async () => {
@@ -162,7 +166,7 @@ describe('Redis down, slow or flushed', () => {
   test('Redis killed mid-run: same answers, bounded latency, breaker opens, then recovers after a restart', async () => {
     try {
       const run = await traffic(1200, async () => {
-        await new Promise((r) => setTimeout(r, 400));
+        await sleep(400);
         await redis.kill();
       });
       assertOncePerKeyAndFast(run);
@@ -178,7 +182,7 @@ describe('Redis down, slow or flushed', () => {
   test('Redis stops answering (SIGSTOP) mid-run: requests finish within the cache timeout, answers correct', async () => {
     try {
       const run = await traffic(1200, async () => {
-        await new Promise((r) => setTimeout(r, 400));
+        await sleep(400);
         redis.pause();
       });
       assertOncePerKeyAndFast(run);
@@ -226,8 +230,8 @@ describe('Redis down, slow or flushed', () => {
 
   test('Redis unreachable from the start: the proxy starts and serves from PostgreSQL', async () => {
     const port = await freePort();
-    const p2 = await startCacheProxy({
-      upstream: upstream.url, databaseUrl: db.url, redisUrl: `redis://127.0.0.1:${port}`, yaml: YAML, cache: { prefix: uniquePrefix() },
+    const p2 = await startTestProxy({
+      upstream: upstream.url, databaseUrl: db.url, redisUrl: `redis://127.0.0.1:${port}`, yaml: YAML, start: { redisCache: { prefix: uniquePrefix() } },
     });
     try {
       const lat: number[] = [];

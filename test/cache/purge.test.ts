@@ -5,8 +5,9 @@ import { cacheKey } from '../../src/store/cache-codec.js';
 import { defaultCachePrefix } from '../../src/store/redis-cache.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { runCli } from '../helpers/proxy.js';
-import { tempDir, type TempDir } from '../policies/support.js';
-import { SHARED_REDIS_URL, sharedRedis } from './helpers/redis.js';
+import { tempDir, type TempDir } from '../helpers/tmp.js';
+import { SHARED_REDIS_URL, sharedRedis } from '../helpers/redis.js';
+import { sleep } from '../helpers/wait.js';
 
 // keys purge removes the record and its cached copy. A proxy replaying the
 // key from PostgreSQL just before the purge puts the record back into Redis
@@ -54,7 +55,7 @@ routes:
     let settled = false;
     void purge.finally(() => { settled = true; });
     // The first deletion...
-    while ((await redis.exists(cached)) === 1 && !settled) await new Promise((r) => setTimeout(r, 2));
+    while ((await redis.exists(cached)) === 1 && !settled) await sleep(2);
     assert.equal(settled, false, 'the purge finished before its first deletion was seen');
     // ...then a refill from a replay that read the row before the purge.
     await redis.set(cached, 'a late refill', 'PX', 60_000);

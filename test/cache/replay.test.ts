@@ -7,8 +7,10 @@ import { cacheKey } from '../../src/store/cache-codec.js';
 import { ADMIN_URL, createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts, claimCount, comparableHeaders, startCacheProxy } from './helpers/proxy.js';
-import { deletePrefix, sharedRedis, uniquePrefix } from './helpers/redis.js';
+import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts, claimCount, comparableHeaders } from './helpers/proxy.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { deletePrefix, sharedRedis, uniquePrefix } from '../helpers/redis.js';
+import { sleep } from '../helpers/wait.js';
 
 // Replays from Redis: no PostgreSQL round trip, byte-for-byte the same answer
 // as PostgreSQL gives, TTLs bounded by the row's retention, and no stale
@@ -71,7 +73,7 @@ describe('replays from the Redis cache', () => {
       res.writeHead(201, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ execution: n, key }));
     });
-    proxy = await startCacheProxy({ upstream: upstream.url, databaseUrl: db.url, redisUrl: 'redis://127.0.0.1:6379', yaml: YAML, cache: { prefix, commandTimeoutMs: LOADED_MACHINE_TIMEOUT_MS, maxBodyBytes: 8192 } });
+    proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, redisUrl: 'redis://127.0.0.1:6379', yaml: YAML, start: { redisCache: { prefix, commandTimeoutMs: LOADED_MACHINE_TIMEOUT_MS, maxBodyBytes: 8192 } } });
   });
 
   after(async () => {
@@ -186,14 +188,14 @@ describe('replays from the Redis cache', () => {
     assert.equal(first.status, 201);
     const committedAt = Date.now();
     await redis.del(k); // as after a flush, a restart, or Redis down at commit time
-    await new Promise((r) => setTimeout(r, 600));
+    await sleep(600);
     const c0 = await cacheCounts(proxy.metrics);
     const fromPg = await send(`${proxy.url}/short/json`, { headers: h, body: '{}' });
     assert.equal(fromPg.status, 201);
     assert.equal(fromPg.headers['idempotent-replayed'], 'true');
     assert.equal((await cacheCounts(proxy.metrics)).miss, c0.miss + 1, 'served from PostgreSQL');
     const deadline = Date.now() + 2000;
-    while ((await redis.exists(k)) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    while ((await redis.exists(k)) === 0 && Date.now() < deadline) await sleep(5);
     const ttl = await redis.pttl(k);
     // ttl: 2s from the first claim, 600 ms of it gone: never the full 2 s again.
     const left = 2000 - (Date.now() - committedAt);
@@ -213,7 +215,7 @@ describe('replays from the Redis cache', () => {
     const pending = send(`${proxy.url}/short/slow`, { headers: h, body: '{}' });
     const k = cacheKey(prefix, 't', 'k-ttl');
     const deadline = Date.now() + 2000;
-    while (executionsOf('k-ttl') === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    while (executionsOf('k-ttl') === 0 && Date.now() < deadline) await sleep(5);
     const markerTtl = await redis.pttl(k);
     open();
     assert.equal((await pending).status, 201);
@@ -221,7 +223,7 @@ describe('replays from the Redis cache', () => {
     const ttl = await redis.pttl(k);
     assert.ok(ttl > 0 && ttl <= 2000, `completed record PTTL ${ttl} must be within the 2s retention`);
     // Once the row has expired, the key is new again: the cache does not replay it.
-    await new Promise((r) => setTimeout(r, 2100));
+    await sleep(2100);
     const again = await send(`${proxy.url}/short/slow`, { headers: h, body: '{}' });
     assert.equal(again.status, 201);
     assert.equal(again.headers['idempotent-replayed'], undefined);

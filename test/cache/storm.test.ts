@@ -6,8 +6,10 @@ import { cacheKey } from '../../src/store/cache-codec.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send, together } from '../helpers/http.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts, claimCount, startCacheProxy, waitFor } from './helpers/proxy.js';
-import { deletePrefix, sharedRedis, uniquePrefix } from './helpers/redis.js';
+import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts, claimCount } from './helpers/proxy.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { waitFor } from '../helpers/wait.js';
+import { deletePrefix, sharedRedis, uniquePrefix } from '../helpers/redis.js';
 
 // A retry storm while the first request runs: every duplicate gets its 409
 // (with the lease's Retry-After), most of them from the Redis in-flight
@@ -38,7 +40,7 @@ describe('retry storm with Redis in-flight markers', () => {
       res.writeHead(201, { 'content-type': 'application/json' });
       res.end(JSON.stringify({ execution: n, body: req.body.toString() }));
     });
-    proxy = await startCacheProxy({ upstream: upstream.url, databaseUrl: db.url, redisUrl: 'redis://127.0.0.1:6379', yaml: YAML, cache: { prefix, commandTimeoutMs: LOADED_MACHINE_TIMEOUT_MS } });
+    proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, redisUrl: 'redis://127.0.0.1:6379', yaml: YAML, start: { redisCache: { prefix, commandTimeoutMs: LOADED_MACHINE_TIMEOUT_MS } } });
   });
 
   after(async () => {

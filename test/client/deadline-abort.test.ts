@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import type { ServerResponse } from 'node:http';
 import { AbortedError, DeadlineExceededError, IdempotentClient } from '../../src/client/index.js';
 import { reply, startServer, type TestServer } from './helpers/http-server.js';
+import { sleep } from '../helpers/wait.js';
 
 describe('deadline, attempt timeout and cancellation', () => {
   let server: TestServer;
@@ -138,7 +139,7 @@ describe('deadline, attempt timeout and cancellation', () => {
         return err instanceof AbortedError && err.attempts === 1 && err.idempotencyKey === 'abort-in-flight';
       });
       // The server sees the connection go away.
-      for (let i = 0; i < 50 && !closedByClient.includes('/hang-abort'); i++) await new Promise((r) => setTimeout(r, 10));
+      for (let i = 0; i < 50 && !closedByClient.includes('/hang-abort'); i++) await sleep(10);
       assert.ok(closedByClient.includes('/hang-abort'));
     } finally {
       await c.close();

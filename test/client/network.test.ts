@@ -1,8 +1,10 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { IdempotentClient, RequestFailedError } from '../../src/client/index.js';
-import { freePort, reply, startServer, type TestServer } from './helpers/http-server.js';
+import { freePort } from '../../tools/local-servers.js';
+import { reply, startServer, type TestServer } from './helpers/http-server.js';
 import { startCuttingRelay, type CuttingRelay } from './helpers/relay.js';
+import { sleep } from '../helpers/wait.js';
 
 const fast = { baseDelayMs: 20, maxDelayMs: 50, maxAttempts: 20, deadlineMs: 5_000 };
 
@@ -17,7 +19,7 @@ describe('transport failures are retried with the same key', () => {
     const client = new IdempotentClient({ baseUrl: `http://127.0.0.1:${port}`, ...fast });
     cleanup.push(() => client.close());
     const pending = client.post('/late', { json: { a: 1 } });
-    await new Promise((r) => setTimeout(r, 150));
+    await sleep(150);
     const server = await startServer((_seen, res) => reply(res, 201, { ok: true }), port);
     cleanup.push(() => server.close());
     const res = await pending;

@@ -3,10 +3,10 @@ import assert from 'node:assert/strict';
 import { describeConfig } from '../../src/config/describe.js';
 import { loadConfig } from '../../src/config/load.js';
 import { maskUrl } from '../../src/config/mask.js';
-import { SPEC_EXAMPLE } from './fixtures.js';
+import { CONTRACT_EXAMPLE } from './fixtures.js';
 
 test('describes every route with human-readable durations and sizes', () => {
-  const text = describeConfig(loadConfig({ text: SPEC_EXAMPLE, env: {} }));
+  const text = describeConfig(loadConfig({ text: CONTRACT_EXAMPLE, env: {} }));
   assert.match(text, /^ {2}listen +0\.0\.0\.0:8080$/m);
   assert.match(text, /^ {2}store +embedded PGlite in \.idempotency-proxy\/data \(single instance only\)$/m);
   assert.match(text, /^route 1\/3 "payments"$/m);
@@ -21,7 +21,7 @@ test('describes every route with human-readable durations and sizes', () => {
 
 test('never prints passwords or the admin token', () => {
   const config = loadConfig({
-    text: `${SPEC_EXAMPLE}\nadminToken: \${TOKEN}\n`,
+    text: `${CONTRACT_EXAMPLE}\nadminToken: \${TOKEN}\n`,
     env: {
       TOKEN: 'admin-t0ken-value',
       DATABASE_URL: 'postgresql://app:pg-pa55word@db.internal:5432/app?sslmode=require&sslpassword=key-pa55',

@@ -1,7 +1,7 @@
 // Shared test inputs (not a test file).
 
-/** The example file of SPEC §4, verbatim. */
-export const SPEC_EXAMPLE = `
+/** The example file of docs/contract.md (Configuration), verbatim: test/docs/contract.test.ts checks it. */
+export const CONTRACT_EXAMPLE = `
 listen: 0.0.0.0:8080
 admin: 127.0.0.1:9090            # /metrics /healthz /readyz /admin/*
 upstream:

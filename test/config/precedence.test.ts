@@ -1,4 +1,4 @@
-// SPEC §5: flag beats file beats environment.
+// docs/contract.md (Command line): flag beats file beats environment.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';

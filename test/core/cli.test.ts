@@ -2,9 +2,9 @@ import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { runCli } from '../helpers/proxy.js';
-import { tempDir, writeFile } from './support.js';
+import { tempDir } from '../helpers/tmp.js';
 
-// SPEC §4–5: an invalid configuration fails at start, naming every bad field
+// docs/contract.md (Configuration, Command line): an invalid configuration fails at start, naming every bad field
 // with its path; check-config prints the resolved policy; `serve --upstream
 // URL` with no config file runs on the embedded store.
 
@@ -43,8 +43,8 @@ describe('command line', () => {
   let good: string;
   before(() => {
     dir = tempDir();
-    bad = writeFile(dir.dir, 'bad.yaml', BAD);
-    good = writeFile(dir.dir, 'good.yaml', GOOD);
+    bad = dir.write('bad.yaml', BAD);
+    good = dir.write('good.yaml', GOOD);
   });
   after(() => dir.remove());
 

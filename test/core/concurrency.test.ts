@@ -5,9 +5,10 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send, together, type Reply } from '../helpers/http.js';
 import { spawnProxy, startTestProxy, type SpawnedProxy } from '../helpers/proxy.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { assertProblem, header, uniqueKey, waitFor } from './support.js';
+import { assertProblem, header, uniqueKey } from './support.js';
+import { waitFor } from '../helpers/wait.js';
 
-// SPEC §1 steps 5–6: 50 identical requests with one key at the same moment
+// docs/contract.md, step 5 (claim): 50 identical requests with one key at the same moment
 // execute the upstream exactly once; every other answer is a 409 with
 // Retry-After or the replay. In one process, then in two sharing a database.
 

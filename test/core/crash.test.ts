@@ -4,9 +4,11 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { runCli, spawnProxy, type SpawnedProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { assertProblem, header, sleep, tempDir, uniqueKey, waitFor, writeFile } from './support.js';
+import { assertProblem, header, uniqueKey } from './support.js';
+import { sleep, waitFor } from '../helpers/wait.js';
+import { tempDir } from '../helpers/tmp.js';
 
-// SPEC "Lease expired after a proxy crash": a proxy killed with SIGKILL while
+// docs/contract.md, "What is bound to a key" (a crash): a proxy killed with SIGKILL while
 // the upstream handles its request leaves an in_flight row. Retries (to a
 // second proxy on the same database) get 409 until the lease ends; then
 // onExpiredLease decides: reexecute (default) runs it again, fail turns the
@@ -38,7 +40,7 @@ describe('a proxy killed mid-request', () => {
       res.end(JSON.stringify({ execution: n, key }));
     });
     dir = tempDir();
-    const file = writeFile(dir.dir, 'proxy.yaml', `
+    const file = dir.write('proxy.yaml', `
 defaults:
   lease: ${LEASE_MS / 1000}s
   tenant: { constant: crash }

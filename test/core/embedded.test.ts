@@ -5,9 +5,10 @@ import path from 'node:path';
 import { send, type Reply } from '../helpers/http.js';
 import { spawnProxy, startTestProxy } from '../helpers/proxy.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { assertProblem, header, tempDir, uniqueKey } from './support.js';
+import { assertProblem, header, uniqueKey } from './support.js';
+import { tempDir } from '../helpers/tmp.js';
 
-// SPEC §3 "Embedded default" and §5: `serve --upstream URL` with no config
+// docs/contract.md, Storage (the embedded store) and Command line: `serve --upstream URL` with no config
 // and no database URL runs the same store code on PGlite in
 // ./.idempotency-proxy/data, says it is single-instance only, and the data
 // survives restarts. One data directory for the whole file: creating one

@@ -35,3 +35,12 @@ test('request headers: hop-by-hop, Connection-named and Expect dropped; the rest
     ['x-forwarded-for', '10.0.0.1'], ['x-forwarded-proto', 'http'], ['x-forwarded-host', 'a.example'],
   ]);
 });
+
+test('request headers: a client-sent Idempotency-Claim is removed, in any case and repeated', () => {
+  const raw = ['Host', 'a', 'Idempotency-Claim', 'v1.x.y.z', 'idempotency-claim', 'v1.a.b.c', 'IDEMPOTENCY-CLAIM', 'q', 'Idempotency-Key', 'k1'];
+  const out = upstreamRequestHeaders(raw, { host: 'a' }, { clientIp: '10.0.0.1', proto: 'http', host: 'a' }, false);
+  assert.deepEqual(out.filter((_, i) => i % 2 === 0), ['Host', 'Idempotency-Key', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host']);
+  // With a Connection header the slow path runs: the same rule.
+  const out2 = upstreamRequestHeaders([...raw, 'Connection', 'x-other'], { host: 'a', connection: 'x-other' }, { clientIp: '10.0.0.1', proto: 'http', host: 'a' }, false);
+  assert.ok(!out2.some((v, i) => i % 2 === 0 && v.toLowerCase() === 'idempotency-claim'));
+});

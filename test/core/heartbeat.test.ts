@@ -5,9 +5,10 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { assertProblem, header, sleep, uniqueKey } from './support.js';
+import { assertProblem, header, uniqueKey } from './support.js';
+import { sleep } from '../helpers/wait.js';
 
-// SPEC §1 step 8: while the upstream call runs longer than a third of the
+// docs/contract.md, step 6 (forward, lease heartbeat): while the upstream call runs longer than a third of the
 // lease, the proxy extends locked_until, so a slow upstream never lets a
 // duplicate through.
 

@@ -5,7 +5,8 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { assertProblem, captureLogger, requestLine, sleep, uniqueKey, waitFor } from './support.js';
+import { assertProblem, captureLogger, requestLine, uniqueKey } from './support.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 // The 500 path (docs/lifecycle.md, "any phase"): a fault no phase expects.
 // It is made real, not mocked: a CHECK constraint added to the test's own

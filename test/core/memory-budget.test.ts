@@ -6,7 +6,7 @@ import { Agent, request } from 'undici';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { spawnProxy, type SpawnedProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { tempDir } from './support.js';
+import { tempDir } from '../helpers/tmp.js';
 
 // limits.maxBufferedBytes (docs/configuration.md): hundreds of concurrent
 // multi-megabyte uploads on a route that buffers them, with the default

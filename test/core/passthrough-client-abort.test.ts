@@ -5,7 +5,8 @@ import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { captureLogger, requestLine as findRequestLine, waitFor } from './support.js';
+import { captureLogger, requestLine as findRequestLine } from './support.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 // A client that hangs up in the middle of a pass-through response is the
 // client's doing: the request is logged and counted as passthrough (with a
@@ -30,7 +31,7 @@ describe('pass-through: who broke the response off', () => {
     upstream = await startUpstream(async (req, _n, res) => {
       res.writeHead(200, { 'content-type': 'application/octet-stream' });
       res.write(Buffer.alloc(1024, 1));
-      await new Promise((r) => setTimeout(r, 400));
+      await sleep(400);
       if (req.url === '/files/upstream-breaks') {
         res.socket?.destroy();
         return;

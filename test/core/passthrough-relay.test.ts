@@ -6,7 +6,9 @@ import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { captureLogger, requestLine as findRequestLine, readRawResponse, repeatedSha256, sleep, waitFor } from './support.js';
+import { captureLogger, requestLine as findRequestLine, repeatedSha256 } from './support.js';
+import { readRawResponse } from '../helpers/raw-http.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 // The pass-through relay (src/proxy/relay.ts) hands the upstream's raw
 // header lines and body chunks straight to the client's response. What it

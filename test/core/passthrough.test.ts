@@ -5,9 +5,10 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type Received, type TestUpstream } from '../helpers/upstream.js';
-import { rawRequest, uniqueKey } from './support.js';
+import { uniqueKey } from './support.js';
+import { rawRequest } from '../helpers/raw-http.js';
 
-// SPEC §1: unmatched requests, mode: passthrough routes, methods outside the
+// docs/contract.md, step 1 (route): unmatched requests, mode: passthrough routes, methods outside the
 // route's `methods` and unkeyed requests on non-required routes are
 // forwarded untouched — headers (the key header included) and body — with
 // X-Forwarded-* added and hop-by-hop headers removed. The key header also

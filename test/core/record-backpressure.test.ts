@@ -6,7 +6,9 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { header, readRawResponse, repeatedSha256, sleep, uniqueKey, waitFor } from './support.js';
+import { header, repeatedSha256, uniqueKey } from './support.js';
+import { readRawResponse } from '../helpers/raw-http.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 // The recorded exchange (src/proxy/relay.ts, record mode) under a client that
 // reads slowly or not at all: the upstream is held back rather than buffered

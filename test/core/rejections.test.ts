@@ -5,9 +5,10 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { assertProblem, header, rawPost, rawRequest, uniqueKey } from './support.js';
+import { assertProblem, header, uniqueKey } from './support.js';
+import { rawPost, rawRequest } from '../helpers/raw-http.js';
 
-// SPEC §1 step 2 and §2: the proxy's own rejections (400, 413, 422) never
+// docs/contract.md, step 2 and Answers: the proxy's own rejections (400, 413, 422) never
 // reach the upstream and never bind the key: the same key with a valid
 // request executes afterwards. Every error is problem+json.
 

@@ -8,7 +8,7 @@ import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { assertProblem, header, uniqueKey } from './support.js';
 
-// SPEC §1 step 9: replays are byte-identical in status, body and stored
+// docs/contract.md, step 7 and Storage: replays are byte-identical in status, body and stored
 // headers, carry Idempotent-Replayed: true, and never call the upstream.
 
 const PATTERN = Buffer.from([0x00, 0x01, 0x00, 0xff, 0xfe, 0x0d, 0x0a, 0x00, 0x1f, 0x8b, 0x80, 0x00]);

@@ -5,9 +5,10 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { header, sleep, uniqueKey, waitFor } from './support.js';
+import { header, uniqueKey } from './support.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
-// SPEC §3: retention (ttl, counted from the first claim). An expired row acts
+// docs/contract.md, Storage: retention (ttl, counted from the first claim). An expired row acts
 // as absent at once — the key is new again — and the sweeper deletes expired
 // rows in bounded batches.
 

@@ -6,9 +6,10 @@ import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { startTcpRelay, type TcpRelay } from '../faults/helpers/tcp-relay.js';
-import { header, uniqueKey, waitFor } from './support.js';
+import { header, uniqueKey } from './support.js';
+import { waitFor } from '../helpers/wait.js';
 
-// SPEC "What is bound to a key": every answer the upstream's handler
+// docs/contract.md, "What is bound to a key": every answer the upstream's handler
 // produced is stored, 5xx and 4xx included; the releaseOn statuses (default
 // 401, 403, 429: rejected before the handler ran) give the key back.
 

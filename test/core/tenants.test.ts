@@ -7,9 +7,10 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { captureLogger, header, uniqueKey, waitFor } from './support.js';
+import { captureLogger, header, uniqueKey } from './support.js';
+import { waitFor } from '../helpers/wait.js';
 
-// SPEC §1 step 3: keys are unique per (tenant, key). The same key under two
+// docs/contract.md, step 3: keys are unique per (tenant, key). The same key under two
 // tenants executes twice and each tenant replays its own answer. Raw
 // credentials are never stored or logged.
 

@@ -6,9 +6,10 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { closedPort, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { assertProblem, header, uniqueKey, waitFor } from './support.js';
+import { assertProblem, header, uniqueKey } from './support.js';
+import { waitFor } from '../helpers/wait.js';
 
-// SPEC §2: upstream connection refused → 502 and the key released (the
+// docs/contract.md, Answers: upstream connection refused → 502 and the key released (the
 // request never reached the upstream); upstream timeout / reset after the
 // request was sent → 504 / 502, stored per onUnknownOutcome (default store:
 // the retry gets the same answer, the operation never runs twice silently).

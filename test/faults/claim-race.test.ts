@@ -6,7 +6,8 @@ import { createPgDb } from '../../src/store/db/pg.js';
 import type { Db } from '../../src/store/db/port.js';
 import { KeyStore } from '../../src/store/key-store.js';
 import type { ClaimRequest } from '../../src/store/records.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, lockWaiters, type TestDatabase } from '../helpers/db.js';
+import { waitFor } from '../helpers/wait.js';
 
 // Found by the model test: two retries of a crashed request racing on two
 // instances. The claim that loses the row lock re-checks the row as the
@@ -58,17 +59,7 @@ describe('two claims racing on an expired lease', () => {
   }
 
   async function waitForLockWaiters(key: string, n: number): Promise<void> {
-    for (let i = 0; i < 200; i++) {
-      const { rows } = await new Promise<pg.QueryResult<{ n: number }>>((resolve, reject) => {
-        const c = new pg.Client({ connectionString: t.url });
-        c.connect().then(() => c.query(`SELECT count(*)::int AS n FROM pg_stat_activity
-          WHERE datname = current_database() AND wait_event_type = 'Lock' AND application_name = 'idempotency-proxy'`))
-          .then((r) => { resolve(r); return c.end(); }, (e) => { reject(e); return c.end(); });
-      });
-      if (rows[0]!.n >= n) return;
-      await new Promise((r) => setTimeout(r, 10));
-    }
-    throw new Error(`the two claims never waited on the lock of ${key}`);
+    await waitFor(`the two claims to wait on the lock of ${key}`, async () => (await lockWaiters(t.url)) >= n, 5000, 10);
   }
 
   test('onExpiredLease: fail — both get outcome_unknown, never a stale in-flight', async () => {

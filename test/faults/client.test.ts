@@ -2,15 +2,15 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { request } from 'undici';
 import type { RunningProxy } from '../../src/app.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, row, rowCount, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { answer, hold, startControlledUpstream, type ControlledUpstream } from './helpers/controlled-upstream.js';
-import { row, rowCount, startInProcess } from './helpers/proxies.js';
-import { openSocket, type OpenSocket, type RawReply } from './helpers/raw-http.js';
-import { sleep, waitUntil } from './helpers/wait.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { openSocket, type OpenSocket, type RawReply } from '../helpers/raw-http.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 // Client faults: a client that goes away at any stage, and slow-loris
-// clients. SPEC §1.10: once claimed, the upstream call completes and the
+// clients. docs/contract.md, step 7: once claimed, the upstream call completes and the
 // record is committed, so the retry gets a replay. A key is never claimed
 // before its request body is complete, and the listener's timeouts cut
 // clients that trickle headers or bodies.
@@ -47,7 +47,7 @@ describe('client faults', () => {
   before(async () => {
     db = await createTestDatabase();
     up = await startControlledUpstream();
-    proxy = await startInProcess({
+    proxy = await startTestProxy({
       upstream: up.url, databaseUrl: db.url, yaml: YAML,
       start: { serverTimeouts: { headersTimeoutMs: HEADERS_TIMEOUT_MS, requestTimeoutMs: REQUEST_TIMEOUT_MS } },
     });
@@ -84,7 +84,7 @@ describe('client faults', () => {
     assert.ok((await first) instanceof Error);
     await sleep(100);
     ex.respond(201, '{"charged":true}');
-    await waitUntil(async () => (await row(db.url, k))?.state === 'complete', 3000, 'the commit after the client left');
+    await waitFor('the commit after the client left', async () => (await row(db.url, k))?.state === 'complete', 3000);
     const r = await send(`${proxy.url}/pay/1`, req(k));
     assert.equal(r.status, 201);
     assert.equal(r.headers['idempotent-replayed'], 'true');
@@ -105,7 +105,7 @@ describe('client faults', () => {
       assert.equal((c as Buffer).toString(), 'first;');
       break; // leaving the loop destroys the body: the client is gone mid-response
     }
-    await waitUntil(async () => (await row(db.url, k))?.state === 'complete', 3000, 'the commit after the client left');
+    await waitFor('the commit after the client left', async () => (await row(db.url, k))?.state === 'complete', 3000);
     const r = await send(`${proxy.url}/pay/1`, req(k));
     assert.equal(r.headers['idempotent-replayed'], 'true');
     assert.equal(r.text(), 'first;second;third;');

@@ -3,15 +3,16 @@ import { after, before, describe, test } from 'node:test';
 import type { RunningProxy } from '../../src/app.js';
 import { send } from '../helpers/http.js';
 import type { SpawnedProxy } from '../helpers/proxy.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { PROBLEM, retryWhileInFlight, streamed, trySend } from './helpers/client.js';
+import { createTestDatabase, row, rowCount, sql, type TestDatabase } from '../helpers/db.js';
+import { retryWhileInFlight, streamed, trySend } from './helpers/client.js';
 import { answer, hold, startControlledUpstream, type ControlledUpstream } from './helpers/controlled-upstream.js';
-import { query, row, rowCount, spawnFromYaml, startInProcess } from './helpers/proxies.js';
-import { openSocket } from './helpers/raw-http.js';
-import { sleep, waitUntil } from './helpers/wait.js';
+import { PROBLEM_BASE } from '../../src/http/problems.js';
+import { spawnFromYaml, startTestProxy } from '../helpers/proxy.js';
+import { openSocket } from '../helpers/raw-http.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 // SIGKILL of a proxy (a real child process) at each point of the lifecycle.
-// A second proxy on the same database serves the retries. SPEC §1: a retry
+// A second proxy on the same database serves the retries. docs/contract.md, step 7: a retry
 // gets 409 while the dead proxy's lease lasts, then runs again (reexecute,
 // the default) or 409 outcome-unknown (fail); a committed record replays.
 // No key stays stuck past its lease.
@@ -56,7 +57,7 @@ describe('SIGKILL of the proxy at each point of the lifecycle', () => {
   before(async () => {
     db = await createTestDatabase();
     up = await startControlledUpstream();
-    survivor = await startInProcess({ upstream: up.url, databaseUrl: db.url, yaml: YAML });
+    survivor = await startTestProxy({ upstream: up.url, databaseUrl: db.url, yaml: YAML });
   });
 
   after(async () => {
@@ -97,7 +98,7 @@ describe('SIGKILL of the proxy at each point of the lifecycle', () => {
 
     const dup = await send(`${survivor.url}/pay/1`, req(k));
     assert.equal(dup.status, 409);
-    assert.equal(dup.json().type, `${PROBLEM}in-flight`);
+    assert.equal(dup.json().type, `${PROBLEM_BASE}in-flight`);
     assert.ok(Number(dup.headers['retry-after']) >= 1);
     assert.equal(up.executions(k), 1, 'a duplicate inside the lease never reaches the upstream');
 
@@ -144,7 +145,7 @@ describe('SIGKILL of the proxy at each point of the lifecycle', () => {
     const s = await streamed(`${a.url}/pay/1`, req(k));
     assert.ok(!(s instanceof Error));
     assert.equal(s.status, 200);
-    await waitUntil(() => s.received().includes('part-1;'), 5000, 'the first chunk to reach the client');
+    await waitFor('the first chunk to reach the client', () => s.received().includes('part-1;'), 5000);
     assert.equal((await row(db.url, k))?.state, 'in_flight', 'not committed while the body runs');
     up.behave(answer());
     await a.kill();
@@ -184,10 +185,10 @@ describe('SIGKILL of the proxy at each point of the lifecycle', () => {
     await first;
     const settled = await retryWhileInFlight(`${survivor.url}/strict/1`, req(k), STUCK_BOUND_MS);
     assert.equal(settled.reply.status, 409);
-    assert.equal(settled.reply.json().type, `${PROBLEM}outcome-unknown`);
+    assert.equal(settled.reply.json().type, `${PROBLEM_BASE}outcome-unknown`);
     await sleep(500);
     const again = await send(`${survivor.url}/strict/1`, req(k));
-    assert.equal(again.json().type, `${PROBLEM}outcome-unknown`);
+    assert.equal(again.json().type, `${PROBLEM_BASE}outcome-unknown`);
     assert.equal(up.executions(k), 1);
     assert.equal((await row(db.url, k))?.state, 'outcome_unknown');
 
@@ -198,7 +199,7 @@ describe('SIGKILL of the proxy at each point of the lifecycle', () => {
   });
 
   test('afterwards no key is left in flight', async () => {
-    const stuck = await query(db.url, `SELECT idem_key, locked_until FROM idempotency_keys WHERE state = 'in_flight'`);
+    const stuck = await sql(db.url, `SELECT idem_key, locked_until FROM idempotency_keys WHERE state = 'in_flight'`);
     assert.deepEqual(stuck, []);
   });
 });

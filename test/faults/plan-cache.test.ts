@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
 import { createPgDb } from '../../src/store/db/pg.js';
 import type { Db } from '../../src/store/db/port.js';
 import { KeyStore } from '../../src/store/key-store.js';
@@ -84,6 +85,69 @@ describe('prepared statements keep an index plan made while the table was empty'
     for (const r of rows) {
       assert.equal(Number(r.custom_plans), 0, `${r.name} was planned per execution (${r.custom_plans} custom plans)`);
       assert.ok(Number(r.generic_plans) >= 21, `${r.name}: ${r.generic_plans} generic plan executions`);
+    }
+  });
+});
+
+// store.preparedStatements: false (PgBouncer in transaction mode) sends
+// unnamed statements and sets nothing on the session. PostgreSQL plans an
+// unnamed statement for the values it is bound to, every time (a custom
+// plan), and caches nothing: the plan follows the table as it grows, with
+// sequential scans allowed as on any server connection a pooler hands out.
+describe('unnamed statements are planned for their values, with no session settings', () => {
+  let t: TestDatabase;
+  before(async () => {
+    t = await createTestDatabase();
+  });
+  after(async () => {
+    await t?.drop();
+  });
+
+  test('claims and commits of a table analyzed at 100 rows that grew to 30 000 use the primary key', async () => {
+    const db = createPgDb({ connectionString: t.url, max: 1, preparedStatements: false });
+    try {
+      const store = new KeyStore(db, { maxInFlight: 1 });
+      const ownerToken = randomUUID();
+      const c = await store.claim({ tenantId: PLAN_TENANT, key: 'k', fingerprint: Buffer.alloc(32, 1), ownerToken, leaseMs: 60_000, ttlMs: 3_600_000, onExpiredLease: 'reexecute', route: 'r', method: 'POST', path: '/x' });
+      assert.equal(c.kind, 'claimed');
+      const prepared = await db.query<{ n: number }>({ name: '', text: 'SELECT count(*)::int AS n FROM pg_prepared_statements' }, []);
+      assert.equal(prepared[0]!.n, 0, 'nothing prepared on the session');
+      const settings = await db.query<{ seq: string }>({ name: '', text: "SELECT current_setting('enable_seqscan') AS seq" }, []);
+      assert.equal(settings[0]!.seq, 'on', 'the session keeps the server defaults');
+    } finally {
+      await db.close();
+    }
+    const seed = (from: number, to: number): Promise<unknown> => sql(t.url, `INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
+        expires_at, created_at, completed_at, status_code, response_headers, response_body, body_retained, body_size)
+      SELECT '${PLAN_TENANT}', 'seed-' || g, '\\x01'::bytea, 'complete', gen_random_uuid(), 1, 'reexecute',
+        now() + interval '1 hour', now(), now(), 200, '[]'::jsonb, '\\x7b7d'::bytea, true, 2
+      FROM generate_series(${from}, ${to}) g`);
+    await seed(1, 100);
+    await sql(t.url, 'ANALYZE idempotency_keys');
+    await seed(101, 30000);
+    // The plan an unnamed statement gets: planned with its bound values (force_custom_plan).
+    const keys = (n: number, at: number): string => `ARRAY[${Array.from({ length: n }, (_, i) => `'seed-${at + i}'`).join(',')}]`;
+    const arr = (v: string, n: number): string => `ARRAY[${Array(n).fill(v).join(',')}]`;
+    const plans: Array<[string, string, string]> = [
+      ['claim of 50', claimStatement.text, `(${arr(`'${PLAN_TENANT}'`, 50)}, ${keys(50, 7)}, ${arr("'01'", 50)}, ${arr('gen_random_uuid()', 50)},
+        ${arr('60000::float8', 50)}, ${arr('3600000::float8', 50)}, ${arr("'reexecute'", 50)}, ${arr("'r'", 50)}, ${arr("'POST'", 50)}, ${arr("'/x'", 50)})`],
+      ['commit of 50', commitStatement.text, `(${arr(`'${PLAN_TENANT}'`, 50)}, ${keys(50, 500)}, ${arr('gen_random_uuid()', 50)}, ${arr('200', 50)},
+        ${arr("'[]'", 50)}, ${arr("'7b7d'", 50)}, ${arr('true', 50)}, ${arr('2::bigint', 50)})`],
+      ['lone claim', claimOneStatement.text, `('${PLAN_TENANT}', 'seed-9', '01', gen_random_uuid(), 60000, 3600000, 'reexecute', 'r', 'POST', '/x')`],
+      ['lone commit', commitOneStatement.text, `('${PLAN_TENANT}', 'seed-10', gen_random_uuid(), 200, '[]', '7b7d', true, 2)`],
+    ];
+    const client = new pg.Client({ connectionString: t.url });
+    await client.connect();
+    try {
+      await client.query('SET plan_cache_mode = force_custom_plan');
+      for (const [i, [name, text, args]] of plans.entries()) {
+        await client.query(`PREPARE p${i} AS ${text}`);
+        const p = (await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN EXECUTE p${i}${args}`)).rows.map((r) => r['QUERY PLAN']).join('\n');
+        assert.doesNotMatch(p, /Seq Scan on idempotency_keys/, `${name} plan scans the whole table:\n${p}`);
+        assert.match(p, /idempotency_keys_pkey/, `${name} plan does not use the primary key:\n${p}`);
+      }
+    } finally {
+      await client.end();
     }
   });
 });

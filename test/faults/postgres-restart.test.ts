@@ -2,13 +2,15 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { RunningProxy } from '../../src/app.js';
 import { send } from '../helpers/http.js';
-import { PROBLEM, streamed } from './helpers/client.js';
+import { streamed } from './helpers/client.js';
 import { answer, hold, startControlledUpstream, type ControlledUpstream } from './helpers/controlled-upstream.js';
 import { commitOneStatement } from '../../src/store/sql/commit.js';
 import { startPgRelay } from './helpers/pg-relay.js';
-import { startThrowawayPostgres, type ThrowawayPostgres } from './helpers/pg-cluster.js';
-import { query, startInProcess } from './helpers/proxies.js';
-import { sleep, waitUntil } from './helpers/wait.js';
+import { PROBLEM_BASE } from '../../src/http/problems.js';
+import { startThrowawayPostgres, type ThrowawayPostgres } from '../helpers/servers.js';
+import { sql } from '../helpers/db.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 // PostgreSQL stopped hard (pg_ctl stop -m immediate) and started again under
 // steady traffic, on a throwaway cluster of this test's own. During the
@@ -44,7 +46,7 @@ describe('PostgreSQL restarted under load', () => {
   before(async () => {
     pgc = await startThrowawayPostgres();
     up = await startControlledUpstream(answer(201, 2));
-    proxy = await startInProcess({ upstream: up.url, databaseUrl: pgc.url, yaml: YAML });
+    proxy = await startTestProxy({ upstream: up.url, databaseUrl: pgc.url, yaml: YAML });
   });
 
   after(async () => {
@@ -113,7 +115,7 @@ describe('PostgreSQL restarted under load', () => {
     const unavailable = attempts.filter((a) => a.status === 503);
     assert.ok(unavailable.length > 0, `the outage must have been seen as 503 (${summary})`);
     for (const a of unavailable) {
-      assert.equal(a.type, `${PROBLEM}store-unavailable`);
+      assert.equal(a.type, `${PROBLEM_BASE}store-unavailable`);
       assert.ok(Number(a.retryAfter) >= 1, '503 carries Retry-After');
     }
     const slowest = Math.max(...attempts.map((a) => a.ms));
@@ -123,13 +125,13 @@ describe('PostgreSQL restarted under load', () => {
 
     assert.equal(readyDuring, 503, '/readyz says not ready while the store is down');
     // Automatic recovery: ready again, new keys work.
-    const ready = await waitUntil(async () => (await fetch(`${proxy.adminUrl}/readyz`)).status === 200, 5000, '/readyz 200');
+    const ready = await waitFor('/readyz 200', async () => (await fetch(`${proxy.adminUrl}/readyz`)).status === 200, 5000);
     assert.ok(ready);
     const fresh = await send(`${proxy.url}/orders/1`, { headers: { 'idempotency-key': 'pg-after', 'x-tenant': 'tenant-0' }, body: '{}' });
     assert.equal(fresh.status, 201);
 
     // Every key with a 2xx is committed; no key ran twice.
-    const rows = await query<{ tenant_id: string; idem_key: string; state: string }>(pgc.url,
+    const rows = await sql<{ tenant_id: string; idem_key: string; state: string }>(pgc.url,
       `SELECT tenant_id, idem_key, state FROM idempotency_keys WHERE idem_key LIKE 'pg-%'`);
     const state = new Map(rows.map((r) => [`${r.tenant_id}/${r.idem_key}`, r.state]));
     const notCommitted = logs.filter((l) => l.ok && state.get(`${l.tenant}/${l.key}`) !== 'complete').map((l) => l.key);
@@ -154,7 +156,7 @@ describe('PostgreSQL restarted under load', () => {
     assert.equal(first.status, 201);
     assert.equal(await first.end, 'complete', 'the commit must outlast the outage rather than drop the record');
     assert.equal(first.received(), '{"done":true}');
-    const [r] = await query<{ state: string }>(pgc.url, 'SELECT state FROM idempotency_keys WHERE idem_key = $1', [k]);
+    const [r] = await sql<{ state: string }>(pgc.url, 'SELECT state FROM idempotency_keys WHERE idem_key = $1', [k]);
     assert.equal(r?.state, 'complete');
     up.behave(answer());
     const replay = await send(`${proxy.url}/orders/1`, { headers: { 'idempotency-key': k, 'x-tenant': 'tenant-0' }, body: '{"long":1}' });
@@ -164,7 +166,7 @@ describe('PostgreSQL restarted under load', () => {
 
   test('a commit that took effect but whose reply was lost: the retried commit succeeds, the client gets its answer', async () => {
     const relay = await startPgRelay(pgc.port);
-    const p = await startInProcess({ upstream: up.url, databaseUrl: `postgres://postgres@127.0.0.1:${relay.port}/postgres`, yaml: YAML });
+    const p = await startTestProxy({ upstream: up.url, databaseUrl: `postgres://postgres@127.0.0.1:${relay.port}/postgres`, yaml: YAML });
     try {
       up.behave(answer());
       const warm = await send(`${p.url}/orders/1`, { headers: { 'idempotency-key': 'pg-lost-warm', 'x-tenant': 'tenant-0' }, body: '{}' });
@@ -175,7 +177,7 @@ describe('PostgreSQL restarted under load', () => {
       const r = await send(`${p.url}/orders/1`, { headers: { 'idempotency-key': k, 'x-tenant': 'tenant-0' }, body: '{"x":1}' }).catch((e: Error) => e);
       let seen = false;
       void lost.then(() => (seen = true));
-      await waitUntil(() => seen, 10_000, `the ${commitOneStatement.name} reply the relay drops`);
+      await waitFor(`the ${commitOneStatement.name} reply the relay drops`, () => seen, 10_000);
       assert.ok(!(r instanceof Error), `the record is committed, so the client must get its answer (${(r as Error).message})`);
       assert.equal(r.status, 201);
       const fenced = (await p.metrics.leaseLost.get()).values.reduce((a, v) => a + v.value, 0);

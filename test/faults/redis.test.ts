@@ -6,11 +6,11 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { startControlledUpstream, type ControlledUpstream, type Exchange } from './helpers/controlled-upstream.js';
 import { freePort } from '../../tools/local-servers.js';
-import { startInProcess } from './helpers/proxies.js';
-import { startThrowawayRedis, type ThrowawayRedis } from './helpers/redis-server.js';
 import { startTcpRelay, type TcpRelay } from './helpers/tcp-relay.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { startThrowawayRedis, type ThrowawayRedis } from '../helpers/servers.js';
 
-// Redis is a cache, never the source of truth (SPEC §3): with Redis
+// Redis is a cache, never the source of truth (docs/contract.md, Storage; docs/cache.md): with Redis
 // unreachable, slow at the socket level, black-holed or flushed, the proxy
 // answers exactly what it answers with no Redis at all — same statuses, same
 // bodies, same upstream executions — and no request waits on Redis longer
@@ -68,7 +68,7 @@ describe('Redis unreachable, slow, black-holed or flushed: identical behaviour, 
 
   after(async () => {
     await up?.close();
-    await redis?.stop();
+    await redis?.close();
     await db?.drop();
   });
 
@@ -106,7 +106,7 @@ describe('Redis unreachable, slow, black-holed or flushed: identical behaviour, 
   }
 
   async function check(tag: string, opts: { redisUrl?: string; midway?: () => Promise<unknown>; between?: () => Promise<unknown>; expectHits?: boolean }): Promise<Step[]> {
-    const p = await startInProcess({ upstream: up.url, databaseUrl: db.url, yaml: YAML, ...(opts.redisUrl === undefined ? {} : { redisUrl: opts.redisUrl }) });
+    const p = await startTestProxy({ upstream: up.url, databaseUrl: db.url, yaml: YAML, ...(opts.redisUrl === undefined ? {} : { redisUrl: opts.redisUrl }) });
     try {
       const run = await scenario(p, tag, opts);
       assert.deepEqual(normalize(run.steps, tag), baseline, `${tag}: the answers differ from the run without Redis`);
@@ -128,7 +128,7 @@ describe('Redis unreachable, slow, black-holed or flushed: identical behaviour, 
   };
 
   test('baseline: no Redis', async () => {
-    const p = await startInProcess({ upstream: up.url, databaseUrl: db.url, yaml: YAML });
+    const p = await startTestProxy({ upstream: up.url, databaseUrl: db.url, yaml: YAML });
     try {
       const run = await scenario(p, 'none');
       baseline = normalize(run.steps, 'none');
@@ -185,7 +185,7 @@ describe('Redis unreachable, slow, black-holed or flushed: identical behaviour, 
   });
 
   test('Redis killed mid-run and started again', async () => {
-    const steps = await check('killed', { redisUrl: redis.url, midway: () => redis.stop(), between: async () => {} });
+    const steps = await check('killed', { redisUrl: redis.url, midway: () => redis.kill(), between: async () => {} });
     assertBounded(steps, 'killed');
     await redis.start();
   });

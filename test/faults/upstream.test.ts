@@ -1,14 +1,15 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { RunningProxy } from '../../src/app.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, row, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
-import { PROBLEM, streamed } from './helpers/client.js';
+import { streamed } from './helpers/client.js';
 import { answer, hold, startControlledUpstream, type ControlledUpstream } from './helpers/controlled-upstream.js';
-import { query, row, startInProcess } from './helpers/proxies.js';
-import { sleep, waitUntil } from './helpers/wait.js';
+import { PROBLEM_BASE } from '../../src/http/problems.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
-// Upstream faults, classified by when they happen (SPEC §1 "What is bound to
+// Upstream faults, classified by when they happen (docs/contract.md, "What is bound to
 // a key"): refused → 502, released; reset/timeout after sending → 502/504,
 // stored and replayed (onUnknownOutcome: store) or released; a slow body
 // holds the key (heartbeat); an oversized response is delivered, recorded
@@ -41,8 +42,8 @@ describe('upstream faults', () => {
   before(async () => {
     db = await createTestDatabase();
     up = await startControlledUpstream();
-    fast = await startInProcess({ upstream: up.url, databaseUrl: db.url, yaml: yaml('1s') });
-    slow = await startInProcess({ upstream: up.url, databaseUrl: db.url, yaml: yaml('5s') });
+    fast = await startTestProxy({ upstream: up.url, databaseUrl: db.url, yaml: yaml('1s') });
+    slow = await startTestProxy({ upstream: up.url, databaseUrl: db.url, yaml: yaml('5s') });
   });
 
   after(async () => {
@@ -56,12 +57,12 @@ describe('upstream faults', () => {
     const gone = await startControlledUpstream();
     const port = gone.port;
     await gone.close();
-    const p = await startInProcess({ upstream: `http://127.0.0.1:${port}`, databaseUrl: db.url, yaml: yaml('1s') });
+    const p = await startTestProxy({ upstream: `http://127.0.0.1:${port}`, databaseUrl: db.url, yaml: yaml('1s') });
     try {
       const k = key('refused');
       const r1 = await send(`${p.url}/store/1`, req(k));
       assert.equal(r1.status, 502);
-      assert.equal(r1.json().type, `${PROBLEM}upstream-unreachable`);
+      assert.equal(r1.json().type, `${PROBLEM_BASE}upstream-unreachable`);
       assert.equal(await row(db.url, k), undefined, 'the request was never sent: the key is not bound');
       const r2 = await send(`${p.url}/store/1`, req(k));
       assert.equal(r2.status, 502, 'a retry is not a 409 and not a replay');
@@ -83,7 +84,7 @@ describe('upstream faults', () => {
     up.behave((ex) => ex.res.socket?.destroy());
     const r1 = await send(`${fast.url}/store/1`, req(k));
     assert.equal(r1.status, 502);
-    assert.equal(r1.json().type, `${PROBLEM}upstream-reset`);
+    assert.equal(r1.json().type, `${PROBLEM_BASE}upstream-reset`);
     up.behave(answer());
     const r2 = await send(`${fast.url}/store/1`, req(k));
     assert.equal(r2.status, 502);
@@ -101,15 +102,15 @@ describe('upstream faults', () => {
     const s = await streamed(`${fast.url}/store/1`, req(k));
     assert.ok(!(s instanceof Error) || /other side closed|socket|terminated/i.test(s.message));
     if (!(s instanceof Error)) assert.equal(await s.end, 'broken', 'a half body must never look complete');
-    const r = await waitUntil(async () => {
+    const r = await waitFor('the unknown outcome to be committed', async () => {
       const x = await row(db.url, k);
       return x?.state === 'complete' ? x : undefined;
-    }, 3000, 'the unknown outcome to be committed');
+    }, 3000);
     assert.equal(r.status_code, 502);
     up.behave(answer());
     const replay = await send(`${fast.url}/store/1`, req(k));
     assert.equal(replay.status, 502);
-    assert.equal(replay.json().type, `${PROBLEM}upstream-reset`);
+    assert.equal(replay.json().type, `${PROBLEM_BASE}upstream-reset`);
     assert.equal(replay.headers['idempotent-replayed'], 'true');
     assert.equal(up.executions(k), 1);
   });
@@ -123,7 +124,7 @@ describe('upstream faults', () => {
     });
     const s = await streamed(`${fast.url}/release/1`, req(k));
     if (!(s instanceof Error)) assert.equal(await s.end, 'broken');
-    await waitUntil(async () => (await row(db.url, k)) === undefined, 3000, 'the key to be released');
+    await waitFor('the key to be released', async () => (await row(db.url, k)) === undefined, 3000);
     up.behave(answer());
     const r = await send(`${fast.url}/release/1`, req(k));
     assert.equal(r.status, 201);
@@ -137,7 +138,7 @@ describe('upstream faults', () => {
     const r1 = await send(`${fast.url}/store/1`, req(k));
     const ms = Date.now() - t0;
     assert.equal(r1.status, 504);
-    assert.equal(r1.json().type, `${PROBLEM}upstream-timeout`);
+    assert.equal(r1.json().type, `${PROBLEM_BASE}upstream-timeout`);
     assert.ok(ms >= TIMEOUT_MS - 50 && ms < TIMEOUT_MS + 1500, `answered after ${ms} ms`);
     up.behave(answer());
     const r2 = await send(`${fast.url}/store/1`, req(k));
@@ -177,7 +178,7 @@ describe('upstream faults', () => {
     await sleep(1500); // past the 1 s lease; the body runs 3.5 s in all
     const dup = await send(`${slow.url}/store/1`, req(k));
     assert.equal(dup.status, 409, 'the heartbeat keeps a slow body from letting a duplicate through');
-    assert.equal(dup.json().type, `${PROBLEM}in-flight`);
+    assert.equal(dup.json().type, `${PROBLEM_BASE}in-flight`);
     assert.equal(await s.end, 'complete');
     assert.equal(s.received(), chunks.join(''));
     const replay = await send(`${slow.url}/store/1`, req(k));
@@ -196,15 +197,15 @@ describe('upstream faults', () => {
     const s = await streamed(`${fast.url}/store/1`, req(k));
     assert.ok(!(s instanceof Error));
     assert.equal(await s.end, 'broken');
-    const r = await waitUntil(async () => {
+    const r = await waitFor('the timeout to be committed', async () => {
       const x = await row(db.url, k);
       return x?.state === 'complete' ? x : undefined;
-    }, 3000, 'the timeout to be committed');
+    }, 3000);
     assert.equal(r.status_code, 504);
     up.behave(answer());
     const replay = await send(`${fast.url}/store/1`, req(k));
     assert.equal(replay.status, 504);
-    assert.equal(replay.json().type, `${PROBLEM}upstream-timeout`);
+    assert.equal(replay.json().type, `${PROBLEM_BASE}upstream-timeout`);
     assert.equal(up.executions(k), 1);
   });
 
@@ -215,14 +216,14 @@ describe('upstream faults', () => {
     const r1 = await send(`${fast.url}/store/1`, req(k));
     assert.equal(r1.status, 201);
     assert.deepEqual(r1.body, big);
-    const [rec] = await query<{ body_retained: boolean; body_size: string; n: number }>(db.url,
+    const [rec] = await sql<{ body_retained: boolean; body_size: string; n: number }>(db.url,
       'SELECT body_retained, body_size, octet_length(response_body)::int AS n FROM idempotency_keys WHERE idem_key = $1', [k]);
     assert.deepEqual([rec?.body_retained, Number(rec?.body_size), rec?.n], [false, big.length, 0]);
     const r2 = await send(`${fast.url}/store/1`, req(k));
     assert.equal(r2.status, 201);
     assert.equal(r2.headers['idempotent-replayed'], 'true');
     assert.equal(r2.headers['x-order'], '42');
-    assert.equal(r2.json().type, `${PROBLEM}body-not-retained`);
+    assert.equal(r2.json().type, `${PROBLEM_BASE}body-not-retained`);
     assert.equal(r2.json().originalBodyBytes, big.length);
     assert.equal(up.executions(k), 1, 'never by running the operation again');
   });

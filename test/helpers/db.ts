@@ -5,6 +5,8 @@ import { createPgliteDb } from '../../src/store/db/pglite.js';
 import type { Db } from '../../src/store/db/port.js';
 import { migrate } from '../../src/store/migrate.js';
 import { migrations } from '../../src/store/migrations/index.js';
+import { sleep } from './wait.js';
+import { startPgBouncer } from './pgbouncer.js';
 
 // A fresh database per test file, cloned from a migrated template
 // (CREATE DATABASE … TEMPLATE), on the machine's real PostgreSQL.
@@ -79,7 +81,7 @@ export async function createTestDatabase(opts: { migrated?: boolean } = {}): Pro
         return;
       } catch (err) {
         if (i >= 20 || !/being accessed by other users/.test((err as Error).message)) throw err;
-        await new Promise((r) => setTimeout(r, 100));
+        await sleep(100);
       }
     }
   });
@@ -95,7 +97,7 @@ export async function createTestDatabase(opts: { migrated?: boolean } = {}): Pro
 
 /** Runs SQL against a test database (for assertions and time travel). */
 export async function sql<R = Record<string, unknown>>(url: string, text: string, values: unknown[] = []): Promise<R[]> {
-  const client = new pg.Client({ connectionString: url });
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000 });
   // A database dropped under a still-running sampler must fail the query, not the process.
   client.on('error', () => {});
   await client.connect();
@@ -106,9 +108,33 @@ export async function sql<R = Record<string, unknown>>(url: string, text: string
   }
 }
 
-export type Backend = 'postgres' | 'pglite';
+/** Rows in the key table. */
+export async function rowCount(url: string): Promise<number> {
+  const [r] = await sql<{ n: number }>(url, 'SELECT count(*)::int AS n FROM idempotency_keys');
+  return r!.n;
+}
 
-/** A migrated Db on either backend, for tests that must pass on both. */
+/** One key's row (any tenant), or undefined. */
+export async function row(url: string, key: string): Promise<{ state: string; attempt: number; status_code: number | null } | undefined> {
+  const rows = await sql<{ state: string; attempt: number; status_code: number | null }>(url,
+    'SELECT state, attempt, status_code FROM idempotency_keys WHERE idem_key = $1', [key]);
+  return rows[0];
+}
+
+/** Backends of the proxy's pools (application_name idempotency-proxy) in this database waiting on a lock right now. */
+export async function lockWaiters(url: string): Promise<number> {
+  const [r] = await sql<{ n: number }>(url, `SELECT count(*)::int AS n FROM pg_stat_activity
+    WHERE datname = current_database() AND wait_event_type = 'Lock' AND application_name = 'idempotency-proxy'`);
+  return r!.n;
+}
+
+/**
+ * `pgbouncer`: the machine's PostgreSQL through a PgBouncer of the test's own
+ * in transaction mode, with unnamed statements (store.preparedStatements: false).
+ */
+export type Backend = 'postgres' | 'pglite' | 'pgbouncer';
+
+/** A migrated Db on any backend, for tests that must pass on each. */
 export async function openBackend(backend: Backend): Promise<{ db: Db; url: string | null; close(): Promise<void> }> {
   if (backend === 'pglite') {
     const db = await createPgliteDb(null);
@@ -116,12 +142,33 @@ export async function openBackend(backend: Backend): Promise<{ db: Db; url: stri
     return { db, url: null, close: () => db.close() };
   }
   const t = await createTestDatabase();
+  if (backend === 'pgbouncer') return throughPgBouncer(t);
   const db = createPgDb({ connectionString: t.url, max: 4 });
   return {
     db,
     url: t.url,
     close: async () => {
       await db.close();
+      await t.drop();
+    },
+  };
+}
+
+async function throughPgBouncer(t: TestDatabase): Promise<{ db: Db; url: string; close(): Promise<void> }> {
+  let bouncer;
+  try {
+    bouncer = await startPgBouncer(ADMIN_URL);
+  } catch (err) {
+    await t.drop();
+    throw err;
+  }
+  const db = createPgDb({ connectionString: bouncer.url(t.name), max: 4, preparedStatements: false });
+  return {
+    db,
+    url: t.url,
+    close: async () => {
+      await db.close();
+      await bouncer.stop();
       await t.drop();
     },
   };

@@ -2,13 +2,14 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import path from 'node:path';
-import { startProxy, type RunningProxy } from '../../src/app.js';
+import { startProxy, type RunningProxy, type StartOptions } from '../../src/app.js';
 import { loadConfig } from '../../src/config/load.js';
 import { createLogger, type Logger } from '../../src/log/logger.js';
+import { tempDir } from './tmp.js';
 
 // Two ways to run the proxy in tests: in-process (fast, for most tests) and
 // as a real child process through the CLI (for crashes, signals, and two
-// instances sharing one database).
+// instances sharing one database). Every test starts its proxies here.
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 /** dist/src/main.js, from dist/test/helpers/. */
@@ -19,12 +20,15 @@ export interface InProcessOptions {
   readonly databaseUrl: string | null;
   /** YAML; listen/admin/upstream/store may be left out. */
   readonly yaml?: string;
-  readonly redisUrl?: string;
+  /** A Redis URL; null or left out: no cache. */
+  readonly redisUrl?: string | null;
   readonly dataDir?: string;
   readonly env?: Record<string, string>;
   readonly logLevel?: string;
   /** A logger of the test's own (e.g. writing to a stream the test reads); wins over logLevel. */
   readonly logger?: Logger;
+  /** Start-up options beside the config (cache tuning, server timeouts, shutdown deadline: 5 s unless given). */
+  readonly start?: Omit<StartOptions, 'logger'>;
 }
 
 /** Starts the proxy in this process on 127.0.0.1:0 (admin too). */
@@ -43,7 +47,27 @@ export async function startTestProxy(opts: InProcessOptions): Promise<RunningPro
     env: { ...(opts.env ?? {}) },
   });
   const logger = opts.logger ?? createLogger(opts.logLevel ?? process.env.TEST_LOG_LEVEL ?? 'silent');
-  return startProxy(config, { logger, shutdownDeadlineMs: 5000 });
+  return startProxy(config, { shutdownDeadlineMs: 5000, ...opts.start, logger });
+}
+
+export type LogLine = Record<string, unknown> & { msg?: string };
+
+export interface LoggedProxy {
+  readonly proxy: RunningProxy;
+  /** Every log line written so far, parsed. */
+  readonly lines: LogLine[];
+}
+
+/** startTestProxy with the proxy's log captured (level info unless given). */
+export async function startLoggedProxy(opts: Omit<InProcessOptions, 'logger' | 'logLevel'> & { level?: string }): Promise<LoggedProxy> {
+  const lines: LogLine[] = [];
+  const destination = {
+    write(s: string): void {
+      for (const line of s.split('\n')) if (line.trim() !== '') lines.push(JSON.parse(line) as LogLine);
+    },
+  };
+  const proxy = await startTestProxy({ ...opts, logger: createLogger(opts.level ?? 'info', destination) });
+  return { proxy, lines };
 }
 
 export interface SpawnedProxy {
@@ -125,4 +149,17 @@ export async function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promi
   proc.stderr.on('data', (d: Buffer) => { stderr += d.toString(); });
   const [code] = await once(proc, 'exit');
   return { code: code as number | null, stdout, stderr };
+}
+
+/** Writes the YAML to a temp file and runs `serve` from it as a child process (no admin listener). */
+export async function spawnFromYaml(opts: { upstream: string; databaseUrl: string; yaml: string; redisUrl?: string }): Promise<SpawnedProxy> {
+  const dir = tempDir('idem-spawn-');
+  const file = dir.write('proxy.yaml', opts.yaml);
+  try {
+    const args = ['serve', '--config', file, '--upstream', opts.upstream, '--listen', '127.0.0.1:0', '--admin', 'off', '--database-url', opts.databaseUrl];
+    if (opts.redisUrl !== undefined) args.push('--redis-url', opts.redisUrl);
+    return await spawnProxy(args);
+  } finally {
+    dir.remove();
+  }
 }

@@ -1,5 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { freePort } from '../../tools/local-servers.js';
+import { sleep } from './wait.js';
 
 // A real upstream for tests: counts executions, records what it received,
 // and answers with whatever the test's responder says.
@@ -24,7 +26,7 @@ export interface TestUpstream {
 }
 
 export const jsonResponder = (status = 201, delayMs = 0): Responder => async (req, n, res) => {
-  if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
+  if (delayMs > 0) await sleep(delayMs);
   const body = JSON.stringify({ execution: n, method: req.method, url: req.url, body: req.body.toString() });
   res.writeHead(status, { 'content-type': 'application/json', 'x-upstream-execution': String(n) });
   res.end(body);
@@ -60,11 +62,5 @@ export async function startUpstream(responder: Responder = jsonResponder()): Pro
   };
 }
 
-/** A port with nothing listening on it (connection refused). */
-export async function closedPort(): Promise<number> {
-  const s = http.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
-}
+/** A port with nothing listening on it (connection refused): one that was free a moment ago. */
+export const closedPort = freePort;

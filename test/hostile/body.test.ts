@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { openSocket, rawRequest } from '../faults/helpers/raw-http.js';
-import { rowCount } from '../faults/helpers/proxies.js';
 import { expectRejected, startBench, type Bench } from './support.js';
+import { openSocket, rawCollect } from '../helpers/raw-http.js';
+import { rowCount } from '../helpers/db.js';
 
 // Hostile bodies: not JSON where the key comes from the body, a JSON Pointer
 // that finds nothing or something that is no key, bodies over the route's
@@ -51,8 +51,8 @@ describe('hostile bodies', () => {
     await s.write('x'.repeat(100)); // never the 10 GiB
     const reply = await s.done;
     assert.equal(reply.status, 413);
-    assert.equal(JSON.parse(reply.body).type, 'urn:idempotency-proxy:problem:body-too-large');
-    assert.equal(reply.headers.connection, 'close');
+    assert.equal(reply.json().type, 'urn:idempotency-proxy:problem:body-too-large');
+    assert.equal(reply.header('connection'), 'close');
     assert.equal(await rowCount(b.db.url), rows);
     assert.equal(b.up.exchanges.length, 0);
   });
@@ -68,11 +68,11 @@ describe('hostile bodies', () => {
     const depth = 200_000;
     const deep = '['.repeat(depth) + ']'.repeat(depth);
     const rows = await rowCount(b.db.url);
-    const r1 = await rawRequest(b.proxy.url, post('/canonical/1', deep, 'Idempotency-Key: deep-1\r\n'), 5000);
+    const r1 = await rawCollect(b.proxy.url, post('/canonical/1', deep, 'Idempotency-Key: deep-1\r\n'), 5000);
     assert.equal(r1.status, 201, `got ${r1.raw.toString().slice(0, 300)}`);
-    const r2 = await rawRequest(b.proxy.url, post('/canonical/1', deep, 'Idempotency-Key: deep-1\r\n'), 5000);
+    const r2 = await rawCollect(b.proxy.url, post('/canonical/1', deep, 'Idempotency-Key: deep-1\r\n'), 5000);
     assert.equal(r2.status, 201);
-    assert.equal(r2.headers['idempotent-replayed'], 'true');
+    assert.equal(r2.header('idempotent-replayed'), 'true');
     assert.equal(await rowCount(b.db.url), rows + 1);
   });
 
@@ -80,9 +80,9 @@ describe('hostile bodies', () => {
     const depth = 200_000;
     const deep = `{"event":${'['.repeat(depth)}${']'.repeat(depth)}}`;
     const rows = await rowCount(b.db.url);
-    const r = await rawRequest(b.proxy.url, post('/bighooks/psp', deep), 5000);
+    const r = await rawCollect(b.proxy.url, post('/bighooks/psp', deep), 5000);
     assert.equal(r.status, 400, `got ${r.raw.toString().slice(0, 300)}`);
-    assert.equal(JSON.parse(r.body).type, 'urn:idempotency-proxy:problem:key-pointer-missing');
+    assert.equal(r.json().type, 'urn:idempotency-proxy:problem:key-pointer-missing');
     assert.equal(await rowCount(b.db.url), rows);
   });
 });

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { rawRequest } from '../faults/helpers/raw-http.js';
 import { expectRejected, startBench, type Bench } from './support.js';
+import { rawCollect } from '../helpers/raw-http.js';
 
 // Request framing attacks: conflicting Content-Length / Transfer-Encoding
 // (request smuggling), malformed request lines and header lines, oversized
@@ -66,7 +66,7 @@ describe('hostile framing and smuggling attempts', () => {
   }
 
   test('control: the same bench forwards a well-formed request', async () => {
-    const ok = await rawRequest(b.proxy.url, head('/open/1', 'Content-Length: 2\r\nConnection: close\r\n') + '{}');
+    const ok = await rawCollect(b.proxy.url, head('/open/1', 'Content-Length: 2\r\nConnection: close\r\n') + '{}');
     assert.equal(ok.status, 201);
     assert.equal(b.up.exchanges.length, 1);
   });

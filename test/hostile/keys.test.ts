@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { rawRequest } from '../faults/helpers/raw-http.js';
-import { rowCount } from '../faults/helpers/proxies.js';
 import { expectRejected, startBench, type Bench } from './support.js';
+import { rawCollect } from '../helpers/raw-http.js';
+import { rowCount } from '../helpers/db.js';
 
 // Hostile idempotency keys, sent as raw bytes (no HTTP client would send
 // most of them): control characters are refused by the HTTP parser,
 // everything else outside visible ASCII, over 255 characters, empty, badly
-// quoted or on two lines is refused by the key rules (SPEC §1.2) — 400 each,
+// quoted or on two lines is refused by the key rules (docs/contract.md, step 2) — 400 each,
 // nothing claimed, nothing forwarded.
 
 const req = (keyLines: Buffer | string): Buffer => Buffer.concat([
@@ -67,13 +67,13 @@ describe('hostile idempotency keys', () => {
 
   test('controls: 255 characters and the quoted form are accepted, and mean the same key as the bare form', async () => {
     const rows = await rowCount(b.db.url);
-    const long = await rawRequest(b.proxy.url, req(keyHeader('k'.repeat(255))));
+    const long = await rawCollect(b.proxy.url, req(keyHeader('k'.repeat(255))));
     assert.equal(long.status, 201);
-    const bare = await rawRequest(b.proxy.url, req(keyHeader('same-key-1')));
+    const bare = await rawCollect(b.proxy.url, req(keyHeader('same-key-1')));
     assert.equal(bare.status, 201);
-    const quoted = await rawRequest(b.proxy.url, req(keyHeader('"same-key-1"')));
+    const quoted = await rawCollect(b.proxy.url, req(keyHeader('"same-key-1"')));
     assert.equal(quoted.status, 201);
-    assert.equal(quoted.headers['idempotent-replayed'], 'true');
+    assert.equal(quoted.header('idempotent-replayed'), 'true');
     assert.equal(await rowCount(b.db.url), rows + 2);
   });
 });

@@ -1,15 +1,14 @@
 import assert from 'node:assert/strict';
 import type { RunningProxy } from '../../src/app.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { PROBLEM_BASE } from '../../src/http/problems.js';
+import { createTestDatabase, rowCount, type TestDatabase } from '../helpers/db.js';
 import { answer, startControlledUpstream, type ControlledUpstream } from '../faults/helpers/controlled-upstream.js';
-import { rowCount, startInProcess } from '../faults/helpers/proxies.js';
-import { rawRequest, type RawReply } from '../faults/helpers/raw-http.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { rawCollect, type RawReply } from '../helpers/raw-http.js';
 
 // The hostile-input bench: a proxy on a fresh database in front of an
 // upstream that records everything it receives. Every hostile case must get
 // a precise error and leave both the store and the upstream untouched.
-
-export const PROBLEM = 'urn:idempotency-proxy:problem:';
 
 export const HOSTILE_YAML = `
 upstream: { timeout: 5s }
@@ -46,7 +45,7 @@ export interface Bench {
 export async function startBench(): Promise<Bench> {
   const db = await createTestDatabase();
   const up = await startControlledUpstream(answer());
-  const proxy = await startInProcess({ upstream: up.url, databaseUrl: db.url, yaml: HOSTILE_YAML });
+  const proxy = await startTestProxy({ upstream: up.url, databaseUrl: db.url, yaml: HOSTILE_YAML });
   return {
     db, up, proxy,
     async close() {
@@ -73,11 +72,11 @@ export interface Expect {
 export async function expectRejected(b: Bench, bytes: string | Buffer, want: Expect, what: string): Promise<RawReply> {
   const rows = await rowCount(b.db.url);
   const seen = b.up.exchanges.length;
-  const reply = await rawRequest(b.proxy.url, bytes, 3000);
+  const reply = await rawCollect(b.proxy.url, bytes, 3000);
   assert.equal(reply.status, want.status, `${what}: status (got ${reply.raw.toString('latin1').slice(0, 200)})`);
-  assert.equal(reply.headers['content-type'], 'application/problem+json', `${what}: problem+json`);
-  const problem = JSON.parse(reply.body.slice(0, Number(reply.headers['content-length']))) as { type: string; detail: string; status: number };
-  assert.equal(problem.type, PROBLEM + want.type, `${what}: problem type (detail: ${problem.detail})`);
+  assert.equal(reply.header('content-type'), 'application/problem+json', `${what}: problem+json`);
+  const problem = reply.json() as { type: string; detail: string; status: number };
+  assert.equal(problem.type, PROBLEM_BASE + want.type, `${what}: problem type (detail: ${problem.detail})`);
   assert.equal(problem.status, want.status);
   if (want.detail !== undefined) assert.match(problem.detail, want.detail, `${what}: detail`);
   assert.equal(reply.raw.toString('latin1').match(/HTTP\/1\.[01] \d{3} /g)?.length, 1, `${what}: exactly one response on the connection`);

@@ -5,7 +5,8 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { assertProblem, rawRequest, uniqueKey } from '../core/support.js';
+import { assertProblem, uniqueKey } from '../core/support.js';
+import { rawRequest } from '../helpers/raw-http.js';
 
 // docs/problems.md: every problem the proxy answers carries Cache-Control:
 // no-store and X-Request-Id — also the 502/504 it stores as a key's record

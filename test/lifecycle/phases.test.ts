@@ -20,7 +20,7 @@ import { createLogger } from '../../src/log/logger.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import { Router } from '../../src/policy/router.js';
 import { send } from '../helpers/http.js';
-import { rawRequest } from '../core/support.js';
+import { rawRequest } from '../helpers/raw-http.js';
 
 const yaml = `
 routes:

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { PROBLEM_BASE } from '../../src/http/problems.js';
 import fc from 'fast-check';
 import type { Reply } from '../helpers/http.js';
 import {
@@ -12,7 +13,6 @@ import type { RealSystem } from './system.js';
 // executions of the key it touched.
 
 type Cmd = fc.AsyncCommand<Model, RealSystem>;
-const PROBLEM = 'urn:idempotency-proxy:problem:';
 const STEP_TIMEOUT_MS = 10_000;
 
 function within<T>(p: Promise<T>, what: string): Promise<T> {
@@ -34,16 +34,16 @@ function expectAnswer(p: Prediction, r: Reply | Error, what: string): void {
       return;
     case 'conflict':
       assert.equal(r.status, 409, `${what}: expected 409 in-flight, got ${r.status} ${r.text()}`);
-      assert.equal(r.json().type, `${PROBLEM}in-flight`);
+      assert.equal(r.json().type, `${PROBLEM_BASE}in-flight`);
       assert.ok(Number(r.headers['retry-after']) >= 1);
       return;
     case 'unknown':
       assert.equal(r.status, 409, `${what}: expected 409 outcome-unknown, got ${r.status} ${r.text()}`);
-      assert.equal(r.json().type, `${PROBLEM}outcome-unknown`);
+      assert.equal(r.json().type, `${PROBLEM_BASE}outcome-unknown`);
       return;
     case 'mismatch':
       assert.equal(r.status, 422, `${what}: expected 422, got ${r.status} ${r.text()}`);
-      assert.equal(r.json().type, `${PROBLEM}key-mismatch`);
+      assert.equal(r.json().type, `${PROBLEM_BASE}key-mismatch`);
   }
 }
 

@@ -9,7 +9,7 @@ import { RealSystem } from './system.js';
 // requests, retries, other payloads, two tenants, held (in-flight) requests,
 // SIGKILL of a spawned proxy, lease and retention expiries, and concurrent
 // requests, across proxies sharing one database — checked command by
-// command against the reference model of SPEC §1–2 (reference.ts).
+// command against the reference model of docs/contract.md's request rules (reference.ts).
 // FC_RUNS=200 runs more; FC_SEED reproduces a run.
 
 const RUNS = Number(process.env.FC_RUNS ?? 25);

@@ -1,4 +1,4 @@
-// A small reference model of SPEC §1–2 for one (tenant, key): the row as the
+// A small reference model of docs/contract.md's request rules for one (tenant, key): the row as the
 // store holds it, who owns it, and what a request gets. The real proxies are
 // checked against it command by command (model.test.ts).
 //
@@ -58,7 +58,7 @@ export type Prediction =
   | { readonly kind: 'unknown' } // 409 outcome-unknown
   | { readonly kind: 'mismatch' }; // 422
 
-/** What a request gets, in SPEC order: claimable, mismatch, in flight, outcome unknown, complete. */
+/** What a request gets, in the contract's order: claimable, mismatch, in flight, outcome unknown, complete. */
 export function predict(m: Model, t: Tenant, k: KeyName, fp: Payload): Prediction {
   const row = m.rows.get(slot(t, k));
   if (row === undefined) return { kind: 'execute' };

@@ -1,10 +1,10 @@
 import type { RunningProxy } from '../../src/app.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import type { SpawnedProxy } from '../helpers/proxy.js';
 import { startControlledUpstream, type ControlledUpstream, type Exchange } from '../faults/helpers/controlled-upstream.js';
-import { query, spawnFromYaml, startInProcess } from '../faults/helpers/proxies.js';
 import type { KeyName, Payload, ProxyName, Tenant } from './reference.js';
+import { spawnFromYaml, startTestProxy } from '../helpers/proxy.js';
 
 // The real system under the model: two in-process proxies (A, B) and one
 // spawned proxy (C, the one that gets SIGKILLed) on one database, in front of
@@ -45,8 +45,8 @@ export class RealSystem {
       if (ex.headers['x-hold'] === '1') return; // the model answers it (FinishCmd)
       ex.respond(201, JSON.stringify({ n: ex.n, t: ex.headers['x-tenant'], k: ex.key }));
     });
-    const a = await startInProcess({ upstream: up.url, databaseUrl: db.url, yaml: MODEL_YAML });
-    const b = await startInProcess({ upstream: up.url, databaseUrl: db.url, yaml: MODEL_YAML });
+    const a = await startTestProxy({ upstream: up.url, databaseUrl: db.url, yaml: MODEL_YAML });
+    const b = await startTestProxy({ upstream: up.url, databaseUrl: db.url, yaml: MODEL_YAML });
     return new RealSystem(db, up, a, b);
   }
 
@@ -85,7 +85,7 @@ export class RealSystem {
   }
 
   async sql(text: string, values: unknown[]): Promise<Array<Record<string, unknown>>> {
-    return query(this.db.url, text, values);
+    return sql(this.db.url, text, values);
   }
 
   async close(): Promise<void> {

@@ -8,7 +8,8 @@ import { createTestDatabase, sql, ADMIN_URL, type TestDatabase } from '../helper
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { send } from '../helpers/http.js';
-import { admin, until } from './support.js';
+import { admin } from './support.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 let upstream: TestUpstream;
 before(async () => {
@@ -51,20 +52,20 @@ describe('/readyz follows the key store', () => {
     assert.equal(upstream.executions(), before);
 
     await allow(true);
-    await until(async () => (await admin(`${proxy.adminUrl}/readyz`)).status === 200, 5000, '/readyz 200 again');
+    await waitFor('/readyz 200 again', async () => (await admin(`${proxy.adminUrl}/readyz`)).status === 200, 5000);
     assert.equal((await send(`${proxy.url}/x`, { headers: { 'idempotency-key': `k2-${Date.now()}` }, body: 'a' })).status, 201);
   });
 
   test('503 once a graceful shutdown began, while in-flight requests finish', async () => {
     const slowUp = await startUpstream(async (_req, _n, res) => {
-      await new Promise((r) => setTimeout(r, 400));
+      await sleep(400);
       res.writeHead(201, { 'content-type': 'text/plain' });
       res.end('done');
     });
     const p = await startTestProxy({ upstream: slowUp.url, databaseUrl: db.url });
     try {
       const inflight = send(`${p.url}/x`, { headers: { 'idempotency-key': `s-${Date.now()}` }, body: 'a' });
-      await until(() => slowUp.received.length === 1, 3000, 'upstream call');
+      await waitFor('upstream call', () => slowUp.received.length === 1, 3000);
       const closed = p.close();
       const r = await admin(`${p.adminUrl}/readyz`);
       assert.equal(r.status, 503);

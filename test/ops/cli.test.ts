@@ -4,7 +4,8 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { runCli } from '../helpers/proxy.js';
 import { closedPort } from '../helpers/upstream.js';
-import { cliInProcess, helpInProcess, tempDir, type TempDir } from './support.js';
+import { cliInProcess, helpInProcess } from './support.js';
+import { tempDir, type TempDir } from '../helpers/tmp.js';
 
 describe('--help', () => {
   const HELP: Record<string, readonly string[]> = {
@@ -12,7 +13,7 @@ describe('--help', () => {
     serve: ['--upstream', '--listen', '--admin', '--redis-url', '--log-level', '--config', '--database-url', 'SIGHUP'],
     migrate: ['--config', '--database-url'],
     'check-config': ['[file]', '--config'],
-    keys: ['show', 'purge', '--key', '--tenant', '--tenant-id', '--route', '--body', '--yes'],
+    keys: ['show', 'purge', 'list', 'resolve', '--key', '--tenant', '--tenant-id', '--route', '--body', '--yes', '--as', '--state', '--older-than', '--limit', '--cursor', '--all', '--json'],
     verify: ['--url', '--concurrency', '--method', '--header', '--data', '--key-header', '--timeout', '--retries', '--max-retry-wait', '--json', 'Exit codes', '{{key}}'],
     demo: ['--listen'],
   };
@@ -71,6 +72,13 @@ describe('errors name what was wrong', () => {
     await fails(['keys', 'show'], /Missing required argument: key/);
     await fails(['keys', 'purge', '--key', 'k', '--tenant-id', 't'], /Add --yes to confirm/);
     await fails(['keys', 'drop', '--key', 'k'], /Invalid values:[\s\S]*action/);
+    await fails(['keys', 'resolve', '--tenant-id', 't'], /Missing required argument: key/);
+    await fails(['keys', 'resolve', '--tenant-id', 't', '--key', 'k'], /Missing required argument: as/);
+    await fails(['keys', 'resolve', '--tenant-id', 't', '--key', 'k', '--as', 'maybe'], /Invalid values:[\s\S]*as/);
+    await fails(['keys', 'list', '--state', 'stuck'], /--state: unknown state "stuck": one of in_flight, complete, outcome_unknown/);
+    await fails(['keys', 'list', '--older-than', 'soon'], /--older-than: invalid duration "soon"/);
+    await fails(['keys', 'list', '--limit', '0'], /--limit: must be a whole number from 1 to 1000/);
+    await fails(['keys', 'list', '--cursor', '!!'], /--cursor: malformed/);
   });
 
   test('verify', async () => {

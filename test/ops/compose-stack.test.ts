@@ -1,7 +1,8 @@
 // The compose stack without Docker: the demo upstream from docker/upstream,
 // the proxy started with the compose service's own command line and config
 // file (addresses swapped for local ones), `verify` through it and around it,
-// and the image's HEALTHCHECK command against its admin listener.
+// and the image's HEALTHCHECK command (as the compose service runs it)
+// against its admin listener.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -10,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { spawnProxy, type SpawnedProxy } from '../helpers/proxy.js';
+import { MAIN, spawnProxy, type SpawnedProxy } from '../helpers/proxy.js';
 import { closedPort } from '../helpers/upstream.js';
 import { cliInProcess, repoRoot } from './support.js';
 
@@ -66,17 +67,21 @@ test('verify through the compose proxy: one execution; against the demo upstream
   assert.equal(JSON.parse(bare.stdout).executions, 4);
 });
 
-test('the image HEALTHCHECK command passes against the admin listener and fails without one', async () => {
-  const dockerfile = readFileSync(path.join(root, 'Dockerfile'), 'utf8').replace(/\\\n/g, ' ');
-  const hc = /^HEALTHCHECK .*?CMD (\[.*\])\s*$/m.exec(dockerfile)![1]!;
-  const [node, flag, script] = JSON.parse(hc) as string[];
+test('the compose healthcheck (the image\'s `healthcheck` command, with the service\'s --admin) passes against the admin listener, fails without one', async () => {
+  const compose = parse(readFileSync(path.join(root, 'docker-compose.yml'), 'utf8')) as { services: { proxy: { healthcheck: { test: string[] } } } };
+  const [kind, node, script, ...args] = compose.services.proxy.healthcheck.test;
+  assert.equal(kind, 'CMD');
   assert.equal(node, 'node');
-  const run = async (adminUrl: string): Promise<number | null> => {
-    const p = spawn(process.execPath, [flag!, script!.replace('http://127.0.0.1:9090', adminUrl)], { stdio: 'ignore' });
+  const dockerfile = readFileSync(path.join(root, 'Dockerfile'), 'utf8').replace(/\\\n/g, ' ');
+  const image = JSON.parse(/^HEALTHCHECK .*?CMD (\[.*\])\s*$/m.exec(dockerfile)![1]!) as string[];
+  assert.deepEqual([node, script, ...args].slice(0, image.length), image, 'the image\'s command, plus flags');
+  const run = async (admin: string): Promise<number | null> => {
+    const local: Record<string, string> = { '--config': composeCommand(upstreamUrl)[2]!, '--admin': admin };
+    const p = spawn(process.execPath, [MAIN, ...args.map((arg, i) => local[args[i - 1]!] ?? arg)], { stdio: 'ignore' });
     const [code] = await once(p, 'exit');
     return code as number | null;
   };
-  assert.ok(script!.includes('http://127.0.0.1:9090/healthz'));
-  assert.equal(await run(proxy.adminUrl!), 0);
-  assert.equal(await run(`http://127.0.0.1:${await closedPort()}`), 1);
+  assert.equal(script, 'dist/src/main.js');
+  assert.equal(await run(new URL(proxy.adminUrl!).host), 0);
+  assert.equal(await run(`127.0.0.1:${await closedPort()}`), 1);
 });

@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { BatchedStdout, createLogger, keyHash } from '../../src/log/logger.js';
 import { createRequestLog, ms3 } from '../../src/log/request-log.js';
+import { sleep } from '../helpers/wait.js';
 
 // The log destination (src/log/logger.ts): lines are encoded into one buffer
 // and written in batches. Every line must arrive whole and in order, whatever
@@ -45,7 +46,7 @@ test('a pending line is written within the interval without any further line', a
     const out = new BatchedStdout(fd, 16 * 1024, 50);
     out.write('{"msg":"alone"}\n');
     assert.equal(readFileSync(t.file, 'utf8'), '', 'batched, not written at once');
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     assert.equal(readFileSync(t.file, 'utf8'), '{"msg":"alone"}\n');
     out.flushSync();
   } finally {

@@ -12,7 +12,9 @@ import { createLogger } from '../../src/log/logger.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send, together } from '../helpers/http.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { admin, families, metric, until } from './support.js';
+import { admin } from './support.js';
+import { families, metric } from '../helpers/metrics.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 const YAML = `
 store: { sweepInterval: 100ms }
@@ -36,7 +38,7 @@ before(async () => {
   db = await createTestDatabase();
   upstream = await startUpstream(async (req, n, res) => {
     const delay = Number(/delay=(\d+)/.exec(req.url)?.[1] ?? 0);
-    if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+    if (delay > 0) await sleep(delay);
     if (req.url.includes('reset=1')) {
       res.socket?.destroy();
       return;
@@ -90,7 +92,7 @@ test('counters and histograms move with real traffic', async () => {
   // keys-in-flight gauge is up while it runs.
   const k2 = randomUUID();
   const slow = post('/pay/slow?delay=1000', k2);
-  await until(() => upstream.received.some((r) => r.url === '/pay/slow?delay=1000'), 5000, 'slow call at the upstream');
+  await waitFor('slow call at the upstream', () => upstream.received.some((r) => r.url === '/pay/slow?delay=1000'), 5000);
   const during = await scrape();
   assert.equal(metric(during, 'idempotency_proxy_keys_in_flight'), 1, 'one key in flight during the slow call');
   const dups = await together(3, () => post('/pay/slow?delay=1000', k2));
@@ -115,7 +117,7 @@ test('counters and histograms move with real traffic', async () => {
   const deadline = Date.now() + 3000;
   let text = await scrape();
   while (metric(text, 'idempotency_proxy_sweeper_deleted_total') < 1 && Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     text = await scrape();
   }
 

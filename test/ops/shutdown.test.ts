@@ -10,7 +10,7 @@ import { loadConfig } from '../../src/config/load.js';
 import { createLogger } from '../../src/log/logger.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { until } from './support.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 let db: TestDatabase;
 let upstream: TestUpstream;
@@ -19,7 +19,7 @@ before(async () => {
   db = await createTestDatabase();
   upstream = await startUpstream(async (req, _n, res) => {
     const delay = Number(/delay=(\d+)/.exec(req.url)?.[1] ?? 0);
-    await new Promise((r) => setTimeout(r, delay));
+    await sleep(delay);
     res.writeHead(201, { 'content-type': 'text/plain' });
     res.end('created');
   });
@@ -37,7 +37,7 @@ test('close() waits for a claimed request whose client left, and its record is c
   const key = randomUUID();
   const abort = new AbortController();
   const sent = request(`${proxy.url}/x?delay=800`, { method: 'POST', headers: { 'idempotency-key': key }, body: 'a', signal: abort.signal }).catch(() => null);
-  await until(() => upstream.received.some((r) => r.headers['idempotency-key'] === key), 3000, 'the call at the upstream');
+  await waitFor('the call at the upstream', () => upstream.received.some((r) => r.headers['idempotency-key'] === key), 3000);
   abort.abort();
   await sent;
   await proxy.close();
@@ -57,7 +57,7 @@ test('past shutdownTimeout, connections are cut and close() still returns', asyn
     async (r) => { await r.body.text(); return 'answered'; },
     () => 'cut',
   );
-  await until(() => upstream.received.some((r) => r.headers['idempotency-key'] === key), 3000, 'the call at the upstream');
+  await waitFor('the call at the upstream', () => upstream.received.some((r) => r.headers['idempotency-key'] === key), 3000);
   const t0 = Date.now();
   await proxy.close();
   assert.ok(Date.now() - t0 < 2500, `bounded by the 300ms deadline (took ${Date.now() - t0} ms)`);

@@ -11,7 +11,9 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { spawnProxy, type SpawnedProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { tempDir, until, waitForLine, type TempDir } from './support.js';
+import { waitForLine } from './support.js';
+import { tempDir, type TempDir } from '../helpers/tmp.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 const FIRST = `
 shutdownTimeout: 20s
@@ -43,7 +45,7 @@ before(async () => {
   db = await createTestDatabase();
   upstream = await startUpstream(async (req, n, res) => {
     const delay = Number(/delay=(\d+)/.exec(req.url)?.[1] ?? 0);
-    if (delay > 0) await new Promise((r) => setTimeout(r, delay));
+    if (delay > 0) await sleep(delay);
     res.writeHead(201, { 'content-type': 'application/json' });
     res.end(JSON.stringify({ execution: n, filler: 'x'.repeat(20_000) }));
   });
@@ -82,7 +84,7 @@ describe('SIGHUP', () => {
     const inflight = post('/pay/slow?delay=2000', inflightKey);
     let settled = false;
     void inflight.then(() => { settled = true; });
-    await until(() => upstream.received.some((r) => r.url === '/pay/slow?delay=2000'), 3000, 'slow call reached the upstream');
+    await waitFor('slow call reached the upstream', () => upstream.received.some((r) => r.url === '/pay/slow?delay=2000'), 3000);
 
     dir.write('proxy.yaml', SECOND);
     const from = proxy.lines.length;
@@ -123,7 +125,7 @@ describe('SIGTERM', () => {
     const key = randomUUID();
     const port = Number(new URL(proxy.url).port);
     const inflight = post('/new/slow?delay=1000', key);
-    await until(() => upstream.received.some((r) => r.url === '/new/slow?delay=1000'), 3000, 'slow call reached the upstream');
+    await waitFor('slow call reached the upstream', () => upstream.received.some((r) => r.url === '/new/slow?delay=1000'), 3000);
     const exited = once(proxy.proc, 'exit');
     const from = proxy.lines.length;
     proxy.proc.kill('SIGTERM');

@@ -1,56 +1,17 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { readFileSync } from 'node:fs';
 import { Writable } from 'node:stream';
 import { runCli } from '../../src/cli/index.js';
 import { send } from '../helpers/http.js';
+import { sleep } from '../helpers/wait.js';
 
-// Small helpers for the operations tests: Prometheus text, log lines of a
-// spawned proxy, temporary files.
+// Small helpers for the operations tests: admin requests, log lines of a
+// spawned proxy, the CLI in this process. Prometheus text, temp dirs and
+// polling are in test/helpers/.
 
 /** GET an admin path; returns status and text. */
 export async function admin(url: string, token?: string): Promise<{ status: number; text: string; headers: Record<string, unknown> }> {
   const r = await send(url, { method: 'GET', headers: token === undefined ? {} : { authorization: `Bearer ${token}` } });
   return { status: r.status, text: r.text(), headers: r.headers };
-}
-
-/** Sum of every series of `name` whose labels include `labels` (0 when absent). */
-export function metric(text: string, name: string, labels: Record<string, string> = {}): number {
-  let sum = 0;
-  for (const line of text.split('\n')) {
-    if (line.startsWith('#') || !line.startsWith(name)) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)/.exec(line);
-    if (m === null || m[1] !== name) continue;
-    const have = new Map<string, string>();
-    for (const l of (m[3] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) have.set(l[1]!, l[2]!);
-    if (Object.entries(labels).every(([k, v]) => have.get(k) === v)) sum += Number(m[4]);
-  }
-  return sum;
-}
-
-/** The metric families a scrape declares (# TYPE lines). */
-export function families(text: string): Set<string> {
-  return new Set([...text.matchAll(/^# TYPE (\S+) /gm)].map((m) => m[1]!));
-}
-
-export interface TempDir {
-  readonly dir: string;
-  write(name: string, text: string): string;
-  remove(): void;
-}
-
-export function tempDir(prefix = 'idem-ops-'): TempDir {
-  const dir = mkdtempSync(path.join(tmpdir(), prefix));
-  return {
-    dir,
-    write: (name, text) => {
-      const file = path.join(dir, name);
-      writeFileSync(file, text);
-      return file;
-    },
-    remove: () => rmSync(dir, { recursive: true, force: true }),
-  };
 }
 
 export interface LogLine {
@@ -72,33 +33,11 @@ export async function waitForLine(lines: readonly string[], pred: (l: LogLine) =
       }
     }
     if (Date.now() > deadline) throw new Error(`no matching log line within ${timeoutMs} ms; lines:\n${lines.slice(from).join('\n')}`);
-    await new Promise((r) => setTimeout(r, 25));
+    await sleep(25);
   }
 }
 
-/** Waits until `cond()` is true (polling). */
-export async function until(cond: () => boolean | Promise<boolean>, timeoutMs = 5000, what = 'condition'): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** Repository root: the working directory (npm test runs there), else three levels above dist/test/ops. */
-export function repoRoot(): string {
-  const isRoot = (dir: string): boolean => {
-    try {
-      return (JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as { name?: string }).name === 'idempotency-proxy';
-    } catch {
-      return false;
-    }
-  };
-  const fromDist = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-  const found = [process.cwd(), fromDist].find(isRoot);
-  if (found === undefined) throw new Error(`repository root not found (run the tests from the repository; tried ${process.cwd()} and ${fromDist})`);
-  return found;
-}
+export { repoRoot } from '../helpers/repo.js';
 
 /** Runs the CLI in this process (no child start-up cost); signals are not wired. */
 export async function cliInProcess(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number; stdout: string; stderr: string }> {

@@ -2,7 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { analyze } from '../../src/ops/verify/analyze.js';
-import { parseRetryAfter, type Answer, type Attempt, type Exchange } from '../../src/ops/verify/fire.js';
+import { retryAfterSeconds, type Answer, type Attempt, type Exchange } from '../../src/ops/verify/fire.js';
 
 const answer = (status: number, body: string, extra: Partial<Answer> = {}): Answer => ({
   kind: 'answer', status, body: Buffer.from(body), replayed: false, retryAfterS: null,
@@ -68,10 +68,10 @@ test('unresolved 409s and errors are reported beside the verdict; all errors: un
 });
 
 test('Retry-After: seconds or an HTTP date', () => {
-  assert.equal(parseRetryAfter('3'), 3);
+  assert.equal(retryAfterSeconds('3'), 3);
   const now = Date.parse('2026-01-01T00:00:00.000Z');
-  assert.equal(parseRetryAfter(new Date(now + 4000).toUTCString(), now), 4);
-  assert.equal(parseRetryAfter(new Date(now - 4000).toUTCString(), now), 0);
-  assert.equal(parseRetryAfter('soon'), null);
-  assert.equal(parseRetryAfter(null), null);
+  assert.equal(retryAfterSeconds(new Date(now + 4000).toUTCString(), now), 4);
+  assert.equal(retryAfterSeconds(new Date(now - 4000).toUTCString(), now), 0);
+  assert.equal(retryAfterSeconds('soon'), null);
+  assert.equal(retryAfterSeconds(null), null);
 });

@@ -1,6 +1,6 @@
 // onExpiredLease: fail — a proxy is SIGKILLed while the upstream runs; once
 // its lease expires the key becomes outcome_unknown: retries get a 409 with
-// their own problem type and never reach the upstream, until an operator
+// their own problem type and never reach the upstream, waitFor an operator
 // inspects the record (keys show) and releases it (keys purge --yes).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,7 +10,9 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { runCli, spawnProxy, startTestProxy, type SpawnedProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { problemType, tempDir, until, type TempDir } from './support.js';
+import { problemType } from './support.js';
+import { tempDir, type TempDir } from '../helpers/tmp.js';
+import { waitFor } from '../helpers/wait.js';
 
 const AUTH = 'Bearer sk_test_51Hx';
 const KEY = 'capture-7f3a';
@@ -64,14 +66,14 @@ ${routes()}`);
     dir?.remove();
   });
 
-  test('SIGKILL mid-request, lease expiry: outcome-unknown 409 until keys purge --yes', async () => {
+  test('SIGKILL mid-request, lease expiry: outcome-unknown 409 waitFor keys purge --yes', async () => {
     crashed = await spawnProxy(['serve', '--config', file]);
     const inFlight = capture(crashed.url).catch((err: Error) => err);
-    await until(() => upstream.executions() === 1, 5000, 'the upstream to receive the capture');
+    await waitFor('the upstream to receive the capture', () => upstream.executions() === 1, 5000);
     await crashed.kill();
     assert.ok((await inFlight) instanceof Error, 'the client of the crashed proxy got no answer');
 
-    await until(async () => (await sql<{ gone: boolean }>(db.url, 'SELECT locked_until <= now() AS gone FROM idempotency_keys'))[0]?.gone === true, 5000, 'the lease to expire');
+    await waitFor('the lease to expire', async () => (await sql<{ gone: boolean }>(db.url, 'SELECT locked_until <= now() AS gone FROM idempotency_keys'))[0]?.gone === true, 5000);
     survivor = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: routes() });
 
     for (let i = 0; i < 3; i++) {

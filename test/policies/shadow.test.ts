@@ -7,7 +7,8 @@ import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send, together } from '../helpers/http.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { metricsText, sample, startLoggedProxy, type LogLine } from './support.js';
+import { metric, metricsText } from '../helpers/metrics.js';
+import { type LogLine, startLoggedProxy } from '../helpers/proxy.js';
 
 const YAML = `
 routes:
@@ -67,7 +68,7 @@ describe('mode: shadow', () => {
     }
 
     const text = await metricsText(proxy.adminUrl);
-    const m = (decision: string): number => sample(text, 'idempotency_proxy_shadow_decisions_total', { route: 'orders-shadow', decision });
+    const m = (decision: string): number => metric(text, 'idempotency_proxy_shadow_decisions_total', { route: 'orders-shadow', decision });
     assert.equal(m('replayed'), 1);
     assert.equal(m('mismatch'), 1);
     assert.equal(m('conflict'), 1);
@@ -80,6 +81,6 @@ describe('mode: shadow', () => {
     assert.equal(upstream.executions(), before + 1);
     const last = requestLines().at(-1)!;
     assert.equal(last.shadow, 'rejected');
-    assert.equal(sample(await metricsText(proxy.adminUrl), 'idempotency_proxy_shadow_decisions_total', { route: 'orders-shadow', decision: 'rejected' }), 1);
+    assert.equal(metric(await metricsText(proxy.adminUrl), 'idempotency_proxy_shadow_decisions_total', { route: 'orders-shadow', decision: 'rejected' }), 1);
   });
 });

@@ -8,7 +8,9 @@ import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { metricsText, problemType, sample, startLoggedProxy, type LogLine } from './support.js';
+import { problemType } from './support.js';
+import { metric, metricsText } from '../helpers/metrics.js';
+import { type LogLine, startLoggedProxy } from '../helpers/proxy.js';
 
 const YAML = `
 defaults:
@@ -64,7 +66,7 @@ describe('onStoreError with the store gone', () => {
     }
     assert.equal(hits('/strict/a'), 1, 'only the request from before the outage');
     const text = await metricsText(proxy.adminUrl);
-    assert.ok(sample(text, 'idempotency_proxy_store_errors_total', { op: 'claim' }) >= 5);
+    assert.ok(metric(text, 'idempotency_proxy_store_errors_total', { op: 'claim' }) >= 5);
   });
 
   test('readiness reports the store as unreachable', async () => {

@@ -8,7 +8,8 @@ import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { problemType, startLoggedProxy, type LogLine } from './support.js';
+import { problemType } from './support.js';
+import { type LogLine, startLoggedProxy } from '../helpers/proxy.js';
 
 const YAML = `
 upstream: { timeout: 400ms }

@@ -11,6 +11,7 @@ import { send, together, type Reply } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { problemType } from './support.js';
+import { sleep } from '../helpers/wait.js';
 
 const YAML = `
 store: { poolSize: 2 }
@@ -98,7 +99,7 @@ describe('onInFlight: wait', () => {
 
   test('past waitTimeout the duplicate gets the usual 409 with Retry-After', async () => {
     const first = post(a, '/short/pay', 's-1');
-    await new Promise((r) => setTimeout(r, 100));
+    await sleep(100);
     const dup = await post(a, '/short/pay', 's-1');
     assert.equal(dup.status, 409);
     assert.equal(problemType(dup), 'in-flight');

@@ -10,6 +10,7 @@ import { send, together } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { problemType } from './support.js';
+import { sleep } from '../helpers/wait.js';
 
 const YAML = `
 routes:
@@ -43,7 +44,7 @@ describe('webhook keys (fromBody, fromHeader)', () => {
   before(async () => {
     db = await createTestDatabase();
     upstream = await startUpstream(async (req, n, res) => {
-      if (req.url === '/webhooks/slow') await new Promise((r) => setTimeout(r, 300));
+      if (req.url === '/webhooks/slow') await sleep(300);
       return jsonResponder(200)(req, n, res);
     });
     proxy = await startTestProxy({

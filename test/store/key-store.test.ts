@@ -9,6 +9,7 @@ import type { Db } from '../../src/store/db/port.js';
 import { openBackend, type Backend } from '../helpers/db.js';
 import { claimOneStatement, claimStatement } from '../../src/store/sql/claim.js';
 import { commitOneStatement, commitStatement } from '../../src/store/sql/commit.js';
+import { sleep } from '../helpers/wait.js';
 
 const fp = (s: string) => createHash('sha256').update(s).digest();
 
@@ -37,7 +38,7 @@ const modes = [
   { label: 'batch statements only', singleRowStatements: false },
 ];
 
-for (const backend of ['postgres', 'pglite'] as Backend[]) for (const mode of modes) {
+for (const backend of ['postgres', 'pglite', 'pgbouncer'] as Backend[]) for (const mode of modes) {
   describe(`KeyStore on ${backend}, ${mode.label}`, () => {
     let db: Db;
     let close: () => Promise<void>;
@@ -97,7 +98,7 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) for (const mode of mo
     test('expired lease: reexecute takes over and fences the old owner out', async () => {
       const first = claimReq('k-lease', { leaseMs: 1 });
       await store.claim(first);
-      await new Promise((r) => setTimeout(r, 20));
+      await sleep(20);
       // a different payload never takes over
       assert.equal((await store.claim(claimReq('k-lease', { fingerprint: fp('x') }))).kind, 'mismatch');
       const second = claimReq('k-lease');
@@ -110,7 +111,7 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) for (const mode of mo
 
     test('expired lease with onExpiredLease fail becomes outcome_unknown until purged', async () => {
       await store.claim(claimReq('k-fail', { leaseMs: 1, onExpiredLease: 'fail' }));
-      await new Promise((r) => setTimeout(r, 20));
+      await sleep(20);
       assert.equal((await store.claim(claimReq('k-fail'))).kind, 'outcome_unknown');
       assert.equal((await store.claim(claimReq('k-fail'))).kind, 'outcome_unknown');
       const rec = await store.get('t1', 'k-fail');
@@ -123,7 +124,7 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) for (const mode of mo
       const first = claimReq('k-ext', { leaseMs: 300 });
       await store.claim(first);
       assert.equal(await store.extend('t1', 'k-ext', first.ownerToken, 60_000), true);
-      await new Promise((r) => setTimeout(r, 400));
+      await sleep(400);
       assert.equal((await store.claim(claimReq('k-ext'))).kind, 'in_flight');
     });
 
@@ -172,7 +173,7 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) for (const mode of mo
       await store.claim(claimReq('k-ro-live'));
       await store.claim(claimReq('k-ro-unknown', { leaseMs: 1, onExpiredLease: 'fail' }));
       await store.claim(claimReq('k-ro-lapsed', { leaseMs: 1 }));
-      await new Promise((r) => setTimeout(r, 20));
+      await sleep(20);
       assert.equal((await store.claim(claimReq('k-ro-unknown'))).kind, 'outcome_unknown');
       const settled = ['k-ro-done', 'k-ro-live', 'k-ro-unknown', 'k-ro-lapsed'];
       const xmax = async (): Promise<Record<string, string>> => Object.fromEntries(

@@ -72,7 +72,7 @@ function decide(deps: LifecycleDeps, ctx: RequestContext, outcome: ClaimOutcome)
         'mismatch', { logDetail: null, status: plan.policy.mismatchStatus }), 'mismatch');
     case 'outcome_unknown':
       return plan.strategy.answer(deps, ctx, problem(Problems.outcomeUnknown,
-        'the proxy holding this key stopped before the upstream answered, and this route does not run an operation twice; an operator must check the upstream and resolve the key (idempotency-proxy keys show / keys purge)',
+        'the proxy holding this key stopped before the upstream answered, and this route does not run an operation twice; an operator must check the upstream and resolve the key (idempotency-proxy keys list / keys resolve, or keys purge)',
         'conflict', { logDetail: 'outcome unknown' }), 'conflict');
   }
 }

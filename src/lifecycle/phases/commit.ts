@@ -112,7 +112,10 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
     ctx.source = 'store';
     return { kind: 'cut', outcome: 'store_error', detail: 'lease was taken over before the commit; response withheld' };
   }
-  deps.cache?.rememberComplete(claim.tenantId, claim.key, ctx.fingerprint, rec, outcome.ttlLeftMs);
+  // kept: the upstream settled the row in its own transaction (docs/co-commit.md); that record
+  // stands, and the next replay from PostgreSQL puts it into the cache, never the proxy's copy.
+  if (outcome.kept === true) deps.cache?.forget(claim.tenantId, claim.key);
+  else deps.cache?.rememberComplete(claim.tenantId, claim.key, ctx.fingerprint, rec, outcome.ttlLeftMs);
   // A stored problem (502/504) has not been answered yet: it is answered as recorded.
   if (last === null && !ctx.res.headersSent) return { kind: 'record', response: rec };
   return { kind: 'end', last };

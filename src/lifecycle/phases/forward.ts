@@ -1,12 +1,14 @@
 import type { UpstreamError } from '../../errors.js';
+import { CLAIM_HEADER } from '../../proxy/headers.js';
 import { recordUpstream, type Recorder, type Recording } from '../../proxy/record-handler.js';
+import { claimToken } from '../../store/claim-token.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
 import { NEXT, type Phase, type Verdict } from '../verdict.js';
 import { release } from './commit.js';
 
 // Phase "forward", for a request that owns its key: the buffered request
-// goes upstream and the answer streams to the client as it arrives, recorded
+// goes upstream (with an Idempotency-Claim naming the claimed row) and the answer streams to the client as it arrives, recorded
 // (src/proxy/record-handler.ts), its last chunk held back for the commit. An
 // answer with a releaseOn status (401, 403, 429 by default) is not bound: the
 // key is released before the client sees a byte of it, then it is relayed
@@ -17,10 +19,13 @@ export const forwardPhase: Phase = {
   name: 'forward',
   run: (deps, ctx) => new Promise<Verdict>((resolve, reject) => {
     const policy = ctx.plan!.policy;
+    const claim = ctx.claim!;
     recordUpstream(deps.upstream, ctx.req, ctx.body, ctx.res, new Forwarding(deps, ctx, resolve, reject), {
       limit: policy.maxStoredResponseBytes,
       timeoutMs: deps.upstream.timeoutMs,
       budget: deps.budget,
+      // The row and owner token, for an upstream that settles the key in its own transaction (docs/co-commit.md).
+      extraHeaders: [CLAIM_HEADER, claimToken(claim.tenantId, claim.key, claim.ownerToken)],
     });
   }),
 };

@@ -1,4 +1,6 @@
 import { Agent, request } from 'undici';
+import { parseRetryAfter } from '../../client/retry-after.js';
+import { PROBLEM_BASE } from '../../http/problems.js';
 
 // `verify`, part 1: send N identical requests at the same moment, each on a
 // connection of its own, then retry every 409 after its Retry-After until it
@@ -49,27 +51,22 @@ export interface RetryPolicy {
   readonly maxWaitMs: number;
 }
 
-const PROBLEM_PREFIX = 'urn:idempotency-proxy:problem:';
-
 function header(h: Record<string, string | string[] | undefined>, name: string): string | null {
   const v = h[name];
   return v === undefined ? null : Array.isArray(v) ? v.join(', ') : v;
 }
 
-/** Seconds from a Retry-After header: delta-seconds or an HTTP date. */
-export function parseRetryAfter(value: string | null, now = Date.now()): number | null {
-  if (value === null) return null;
-  const t = value.trim();
-  if (/^\d+$/.test(t)) return Number(t);
-  const at = Date.parse(t);
-  return Number.isNaN(at) ? null : Math.max(0, Math.ceil((at - now) / 1000));
+/** Whole seconds from a Retry-After header (the client library's parser, rounded up). */
+export function retryAfterSeconds(value: string | null, now = Date.now()): number | null {
+  const ms = value === null ? null : parseRetryAfter(value, now);
+  return ms === null ? null : Math.ceil(ms / 1000);
 }
 
 function problemType(contentType: string | null, body: Buffer): string | null {
   if (contentType === null || !contentType.includes('problem+json')) return null;
   try {
     const type = (JSON.parse(body.toString('utf8')) as { type?: unknown }).type;
-    return typeof type === 'string' && type.startsWith(PROBLEM_PREFIX) ? type : null;
+    return typeof type === 'string' && type.startsWith(PROBLEM_BASE) ? type : null;
   } catch {
     return null;
   }
@@ -92,7 +89,7 @@ async function once(agent: Agent, req: VerifyRequest): Promise<Attempt> {
       kind: 'answer',
       status: r.statusCode,
       replayed: header(r.headers, 'idempotent-replayed')?.toLowerCase() === 'true',
-      retryAfterS: parseRetryAfter(header(r.headers, 'retry-after')),
+      retryAfterS: retryAfterSeconds(header(r.headers, 'retry-after')),
       contentType,
       problemType: problemType(contentType, body),
       body,

@@ -1,120 +1,138 @@
 import pg from 'pg';
-import { type Db, type Queryable, type Statement, StoreUnavailableError } from './port.js';
+import { acquire, bounded, release } from './pg-bounded.js';
+import { StoreTimeoutError, isUnavailable, wrap } from './pg-errors.js';
+import type { Db, Queryable, Statement } from './port.js';
+import { maskUrl } from '../../config/mask.js';
+
+export { isUnavailable } from './pg-errors.js';
 
 export interface PgDbOptions {
   readonly connectionString: string;
   readonly max: number;
-  readonly connectionTimeoutMs?: number;
+  /** store.timeout: the bound on every round trip, the wait for a pool connection included. */
+  readonly timeoutMs?: number;
+  /** The sessions' server-side statement_timeout (not sent with preparedStatements: false). */
   readonly statementTimeoutMs?: number;
+  /**
+   * store.preparedStatements (default true). False sends every statement
+   * unnamed and sets nothing on the session, so that a pooler in transaction
+   * mode (PgBouncer) can carry it: docs/configuration.md.
+   */
+  readonly preparedStatements?: boolean;
   readonly onError?: (err: Error) => void;
 }
 
-// Errors that mean "the database could not be reached or dropped us", as
-// opposed to a bug in a statement. They become StoreUnavailableError (→ 503).
-const UNAVAILABLE_CODES = new Set([
-  'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH',
-  '57P01', '57P02', '57P03', '53300', '08000', '08003', '08006', '08001', '08004',
-  '3D000', // the database does not exist (dropped, or a wrong URL after a move)
-  '25006', // read-only transaction: connected to a standby after a failover
-  '57014', // statement timeout: the store is too slow to answer
-  '55000', // "database is not accepting connections" (ALLOW_CONNECTIONS false, maintenance)
-]);
-// Whole SQLSTATE classes: connection exceptions, insufficient resources,
-// operator intervention (shutdown, database dropped), rejected credentials.
-const UNAVAILABLE_CLASSES = /^(08|53|57P|28)/;
+export const DEFAULT_STORE_TIMEOUT_MS = 5000;
+const DEFAULT_STATEMENT_TIMEOUT_MS = 30_000;
+/** An idle store connection is probed by TCP keepalive after this long. */
+const KEEPALIVE_IDLE_MS = 10_000;
 
-export function isUnavailable(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
-  const code = (err as { code?: string }).code;
-  if (code !== undefined && (UNAVAILABLE_CODES.has(code) || (code.length === 5 && UNAVAILABLE_CLASSES.test(code)))) return true;
-  return /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error|connection ended|Connection closed/i.test(err.message);
-}
-
-function wrap(err: unknown): unknown {
-  if (isUnavailable(err)) return new StoreUnavailableError(`PostgreSQL unavailable: ${(err as Error).message}`, { cause: err });
-  return err;
-}
-
-class PgQueryable implements Queryable {
-  constructor(private readonly client: pg.Pool | pg.PoolClient) {}
-  async query<R>(stmt: Statement, values: readonly unknown[]): Promise<R[]> {
-    try {
-      const res = await this.client.query({ name: stmt.name, text: stmt.text, values: values as unknown[] });
-      return res.rows as R[];
-    } catch (err) {
-      throw wrap(err);
-    }
-  }
-}
+// Every statement of the proxy finds its rows by key (the primary key) or by
+// expiry (its index); a sequential scan of idempotency_keys is never the
+// right plan for them, whatever the statistics say. Left to itself,
+// PostgreSQL caches a generic plan after five executions, and a plan made
+// while the table was empty or small (a new deployment, a fresh database)
+// joined the batch input by a sequential scan of the whole table: claims and
+// commits slowed down as the table grew (bench/soak.ts: claim time rising
+// 10 → 26 ms within a minute, throughput halving). With sequential scans
+// ruled out on these sessions, the generic plan is the index plan, and it is
+// made once per connection instead of once per execution (planning the claim
+// for each batch cost PostgreSQL about as much CPU as running it). Set before
+// the pool hands the connection out; a server without plan_cache_mode (< 12)
+// keeps its default there. Unnamed statements (preparedStatements: false)
+// are planned for their own parameters each time and cache no plan, so they
+// need neither setting — and through a pooler in transaction mode a session
+// setting would not stay with this client anyway (docs/configuration.md).
+const SESSION_SETTINGS = ['SET enable_seqscan = off', 'SET plan_cache_mode = force_generic_plan'];
 
 export function createPgDb(opts: PgDbOptions): Db {
+  const timeoutMs = opts.timeoutMs ?? DEFAULT_STORE_TIMEOUT_MS;
+  const named = opts.preparedStatements ?? true;
+  const statementTimeoutMs = opts.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS;
+  // Statements inside a transaction (migrations, the sweeper) may run as
+  // long as the server allows them, plus the round trip.
+  const txTimeoutMs = statementTimeoutMs + timeoutMs;
   const pool = new pg.Pool({
     connectionString: opts.connectionString,
     max: opts.max,
-    connectionTimeoutMillis: opts.connectionTimeoutMs ?? 5000,
-    statement_timeout: opts.statementTimeoutMs ?? 30_000,
+    connectionTimeoutMillis: timeoutMs,
     keepAlive: true,
+    keepAliveInitialDelayMillis: KEEPALIVE_IDLE_MS,
     application_name: 'idempotency-proxy',
-    // Every statement of the proxy finds its rows by key (the primary key)
-    // or by expiry (its index); a sequential scan of idempotency_keys is never
-    // the right plan for them, whatever the statistics say. Left to itself,
-    // PostgreSQL caches a generic plan after five executions, and a plan made
-    // while the table was empty or small (a new deployment, a fresh
-    // database) joined the batch input by a sequential scan of the whole
-    // table: claims and commits slowed down as the table grew (bench/soak.ts:
-    // claim time rising 10 → 26 ms within a minute, throughput halving).
-    // With sequential scans ruled out on these sessions, the generic plan is
-    // the index plan, and it is made once per connection instead of once per
-    // execution (planning the claim for each batch cost PostgreSQL about as
-    // much CPU as running it). Set before the pool hands the connection out;
-    // a server without plan_cache_mode (< 12) keeps its default there.
-    onConnect: async (client: pg.ClientBase) => {
-      await client.query('SET enable_seqscan = off').catch(() => {});
-      await client.query('SET plan_cache_mode = force_generic_plan').catch(() => {});
-    },
+    // PgBouncer refuses a startup packet naming statement_timeout.
+    ...(named ? { statement_timeout: statementTimeoutMs, onConnect: (c: pg.ClientBase) => applySessionSettings(c, timeoutMs) } : {}),
   });
   // An idle client losing its connection must not crash the process.
   pool.on('error', (err) => opts.onError?.(err));
-  const root = new PgQueryable(pool);
-  const safeUrl = redactUrl(opts.connectionString);
+  // Nor one that is checked out: its statement gets the error (pg emits it
+  // on the client too), and the pool drops it on release.
+  pool.on('connect', (client) => client.on('error', ignore));
+  const config = named
+    ? (stmt: Statement, values: readonly unknown[]): pg.QueryConfig => ({ name: stmt.name, text: stmt.text, values: values as unknown[] })
+    : (stmt: Statement, values: readonly unknown[]): pg.QueryConfig => ({ text: stmt.text, values: values as unknown[] });
+
+  async function query<R>(stmt: Statement, values: readonly unknown[], ms?: number): Promise<R[]> {
+    const budget = ms === undefined || ms > timeoutMs ? timeoutMs : ms;
+    const t0 = performance.now();
+    const client = await acquire(pool, budget);
+    const left = budget - (performance.now() - t0);
+    if (left < 1) {
+      client.release();
+      throw new StoreTimeoutError('waiting for a connection', budget);
+    }
+    let failure: unknown;
+    try {
+      return (await bounded(client, config(stmt, values), left)).rows as R[];
+    } catch (err) {
+      failure = err;
+      throw err;
+    } finally {
+      release(client, failure);
+    }
+  }
+
+  async function transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
+    const client = await acquire(pool, timeoutMs);
+    let failure: unknown;
+    try {
+      await bounded(client, { text: 'BEGIN' }, timeoutMs);
+      const tx: Queryable = {
+        query: async <R>(stmt: Statement, values: readonly unknown[], ms?: number) =>
+          (await bounded(client, config(stmt, values), Math.min(ms ?? txTimeoutMs, txTimeoutMs))).rows as R[],
+      };
+      const result = await fn(tx);
+      await bounded(client, { text: 'COMMIT' }, timeoutMs);
+      return result;
+    } catch (err) {
+      failure = err;
+      if (!isUnavailable(err)) {
+        // A statement failed; the connection is fine once rolled back.
+        await bounded(client, { text: 'ROLLBACK' }, timeoutMs).catch((e: unknown) => { failure = e; });
+      }
+      throw wrap(err);
+    } finally {
+      // Destroyed when the store failed on it: the server rolls back.
+      release(client, failure);
+    }
+  }
+
   return {
     singleInstance: false,
-    description: `PostgreSQL ${safeUrl}`,
-    query: (stmt, values) => root.query(stmt, values),
-    async transaction(fn) {
-      let client: pg.PoolClient;
-      try {
-        client = await pool.connect();
-      } catch (err) {
-        throw wrap(err);
-      }
-      let broken = false;
-      try {
-        await client.query('BEGIN');
-        const result = await fn(new PgQueryable(client));
-        await client.query('COMMIT');
-        return result;
-      } catch (err) {
-        try {
-          await client.query('ROLLBACK');
-        } catch {
-          broken = true;
-        }
-        throw wrap(err);
-      } finally {
-        client.release(broken);
-      }
-    },
+    timeoutMs,
+    description: `PostgreSQL ${maskUrl(opts.connectionString)}${named ? '' : ' (unnamed statements)'}`,
+    query,
+    transaction,
     close: () => pool.end(),
   };
 }
 
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return '<unparseable url>';
+const ignore = (): void => {};
+
+/** Bounded like every round trip: a connection that hangs here is never handed out. */
+async function applySessionSettings(client: pg.ClientBase, timeoutMs: number): Promise<void> {
+  for (const text of SESSION_SETTINGS) {
+    await bounded(client, { text }, timeoutMs).catch((err: unknown) => {
+      if (isUnavailable(err)) throw err;
+    });
   }
 }

@@ -26,6 +26,9 @@ export async function createPgliteDb(dataDir: string | null): Promise<Db> {
   const root = wrapQ(db);
   return {
     singleInstance: true,
+    // In-process: no network to partition, no connection to hang on. A
+    // statement is as slow as this process's CPU; store.timeout has no effect.
+    timeoutMs: null,
     description: dataDir === null ? 'embedded PGlite (in memory)' : `embedded PGlite at ${dataDir}`,
     query: (stmt, values) => root.query(stmt, values),
     transaction: (fn) => db.transaction((tx) => fn(wrapQ(tx))),

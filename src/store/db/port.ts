@@ -1,6 +1,7 @@
 // The one-method database port (graphile-worker / pg-boss style): the same SQL
 // runs on a pg.Pool and on the embedded PGlite. Statements are named so pg
-// prepares them once per connection.
+// prepares them once per connection (unless store.preparedStatements is false:
+// docs/configuration.md).
 
 export interface Statement {
   readonly name: string;
@@ -8,7 +9,12 @@ export interface Statement {
 }
 
 export interface Queryable {
-  query<R = Record<string, unknown>>(stmt: Statement, values: readonly unknown[]): Promise<R[]>;
+  /**
+   * `timeoutMs`: the bound on this round trip (the wait for a connection
+   * included) when shorter than the store's own; a store that does not answer
+   * within it rejects with StoreUnavailableError.
+   */
+  query<R = Record<string, unknown>>(stmt: Statement, values: readonly unknown[], timeoutMs?: number): Promise<R[]>;
 }
 
 export interface Db extends Queryable {
@@ -16,6 +22,8 @@ export interface Db extends Queryable {
   transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
   /** True for a store only one process may use (embedded PGlite). */
   readonly singleInstance: boolean;
+  /** store.timeout: the bound on every round trip; null where none applies (embedded PGlite). */
+  readonly timeoutMs: number | null;
   readonly description: string;
   close(): Promise<void>;
 }

@@ -2,6 +2,8 @@
 // shipped; add the next number. Applied by src/store/migrate.ts under an
 // advisory lock so several instances may start at once.
 
+import { coCommit } from './002-co-commit.js';
+
 export interface Migration {
   readonly version: number;
   readonly name: string;
@@ -38,6 +40,7 @@ CREATE TABLE idempotency_keys (
 CREATE INDEX idempotency_keys_expires_at ON idempotency_keys (expires_at);
 `,
   },
+  coCommit,
 ];
 
 export const latestVersion = migrations[migrations.length - 1]!.version;

@@ -1,35 +1,15 @@
-import { startProxy, type RunningProxy } from '../../../src/app.js';
-import { loadConfig } from '../../../src/config/load.js';
-import { createLogger } from '../../../src/log/logger.js';
 import type { Metrics } from '../../../src/metrics/metrics.js';
-import type { RedisCacheTuning } from '../../../src/store/redis-cache.js';
 import { send, type Reply } from '../../helpers/http.js';
 
-// The proxy in this process with a Redis cache under the test's own key
-// prefix, and readers for the cache metrics.
+// Readers for the cache metrics, and the cache tests' shared settings. The
+// proxy itself starts with startTestProxy (test/helpers/proxy.ts), its cache
+// tuning in `start.redisCache`.
 
 /**
  * For files that do not test command timeouts (outage.test.ts does): a roomy
  * timeout keeps a busy CI machine's event-loop stalls from opening the breaker.
  */
 export const LOADED_MACHINE_TIMEOUT_MS = 1000;
-
-export async function startCacheProxy(opts: {
-  upstream: string;
-  databaseUrl: string;
-  /** null: no cache (a control proxy for comparisons). */
-  redisUrl: string | null;
-  yaml: string;
-  cache?: RedisCacheTuning;
-}): Promise<RunningProxy> {
-  const config = loadConfig({
-    text: opts.yaml,
-    flags: { upstream: opts.upstream, listen: '127.0.0.1:0', admin: '127.0.0.1:0', databaseUrl: opts.databaseUrl, redisUrl: opts.redisUrl },
-    env: {},
-  });
-  const logger = createLogger(process.env.TEST_LOG_LEVEL ?? 'silent');
-  return startProxy(config, { logger, shutdownDeadlineMs: 5000, redisCache: opts.cache });
-}
 
 export type CacheCounts = Record<'hit' | 'miss' | 'error' | 'skipped', number>;
 
@@ -54,14 +34,6 @@ export async function timed(url: string, opts: Parameters<typeof send>[1]): Prom
   const t0 = performance.now();
   const r = await send(url, opts);
   return Object.assign(r, { ms: performance.now() - t0 });
-}
-
-export async function waitFor(what: string, cond: () => Promise<boolean> | boolean, timeoutMs: number, stepMs = 20): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, stepMs));
-  }
 }
 
 /** Headers a replay must carry over, without the per-response ones. */

@@ -65,10 +65,3 @@ export function reply(res: ServerResponse, status: number, body: unknown = {}, h
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
   res.end(text);
 }
-
-/** A port that was free a moment ago (nothing listens on it now). */
-export async function freePort(): Promise<number> {
-  const s = await startServer(() => undefined);
-  await s.close();
-  return s.port;
-}

@@ -1,10 +1,9 @@
 import { request } from 'undici';
+import { PROBLEM_BASE } from '../../../src/http/problems.js';
 import { send, type Reply } from '../../helpers/http.js';
-import { sleep } from './wait.js';
+import { sleep } from '../../helpers/wait.js';
 
 // Client-side helpers for fault tests.
-
-export const PROBLEM = 'urn:idempotency-proxy:problem:';
 
 /** send(), but a network failure is a value (the proxy may be dead). */
 export async function trySend(url: string, opts: Parameters<typeof send>[1]): Promise<Reply | Error> {
@@ -29,7 +28,7 @@ export async function retryWhileInFlight(url: string, opts: Parameters<typeof se
   let conflicts = 0;
   for (;;) {
     const reply = await send(url, opts);
-    const inFlight = reply.status === 409 && reply.json().type === `${PROBLEM}in-flight`;
+    const inFlight = reply.status === 409 && reply.json().type === `${PROBLEM_BASE}in-flight`;
     if (!inFlight) return { reply, conflicts, ms: Date.now() - t0 };
     conflicts++;
     if (Date.now() - t0 > maxMs) throw new Error(`still 409 in-flight after ${maxMs} ms (${conflicts} attempts): the key is stuck`);

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 
 // A TCP relay between the proxy and a real server that the test can slow
 // down (delay every chunk), black-hole (accept, never forward) or cut.
-// Used to make Redis "slow at the socket level".
+// Used to make Redis "slow at the socket level", and PostgreSQL hang.
 
 export interface TcpRelay {
   readonly port: number;
@@ -11,6 +11,8 @@ export interface TcpRelay {
   setDelay(ms: number): void;
   /** Swallow every byte (a peer that accepts and never answers). */
   setBlackhole(on: boolean): void;
+  /** Connections from clients open right now. */
+  readonly connections: number;
   /** Destroys every open connection. */
   cut(): void;
   close(): Promise<void>;
@@ -20,6 +22,7 @@ export async function startTcpRelay(targetPort: number): Promise<TcpRelay> {
   let delay = 0;
   let blackhole = false;
   const sockets = new Set<net.Socket>();
+  const clients = new Set<net.Socket>();
   const pipe = (from: net.Socket, to: net.Socket): void => {
     from.on('data', (d: Buffer) => {
       if (blackhole) return;
@@ -29,6 +32,8 @@ export async function startTcpRelay(targetPort: number): Promise<TcpRelay> {
   };
   const server = net.createServer((client) => {
     const upstream = net.connect(targetPort, '127.0.0.1');
+    clients.add(client);
+    client.on('close', () => clients.delete(client));
     for (const s of [client, upstream]) {
       sockets.add(s);
       s.on('close', () => sockets.delete(s));
@@ -42,6 +47,7 @@ export async function startTcpRelay(targetPort: number): Promise<TcpRelay> {
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return {
     port: (server.address() as AddressInfo).port,
+    get connections() { return clients.size; },
     setDelay: (ms) => { delay = ms; },
     setBlackhole: (on) => { blackhole = on; },
     cut: () => { for (const s of sockets) s.destroy(); },

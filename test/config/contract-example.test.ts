@@ -1,9 +1,9 @@
-// The example file of SPEC §4, verbatim, resolves to the documented policy.
+// The example file of docs/contract.md (Configuration), verbatim, resolves to the documented policy.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { loadConfig } from '../../src/config/load.js';
 import type { RoutePolicy } from '../../src/config/types.js';
-import { SPEC_EXAMPLE } from './fixtures.js';
+import { CONTRACT_EXAMPLE } from './fixtures.js';
 
 
 const inherited: Omit<RoutePolicy, 'name' | 'match' | 'key' | 'required' | 'mode'> = {
@@ -25,8 +25,8 @@ const inherited: Omit<RoutePolicy, 'name' | 'match' | 'key' | 'required' | 'mode
   dropHeaders: [],
 };
 
-test('SPEC §4 example with DATABASE_URL and REDIS_URL unset', () => {
-  const config = loadConfig({ text: SPEC_EXAMPLE, env: {} });
+test('contract example with DATABASE_URL and REDIS_URL unset', () => {
+  const config = loadConfig({ text: CONTRACT_EXAMPLE, env: {} });
   assert.deepEqual(config.listen, { host: '0.0.0.0', port: 8080 });
   assert.deepEqual(config.admin, { host: '127.0.0.1', port: 9090 });
   assert.equal(config.adminToken, null);
@@ -39,6 +39,8 @@ test('SPEC §4 example with DATABASE_URL and REDIS_URL unset', () => {
     migrate: true,
     sweepIntervalMs: 60_000,
     sweepBatchSize: 1_000,
+    timeoutMs: 5_000,
+    preparedStatements: true,
   });
   assert.equal(config.logLevel, 'info');
   assert.deepEqual(
@@ -67,9 +69,9 @@ test('SPEC §4 example with DATABASE_URL and REDIS_URL unset', () => {
   assert.deepEqual(rest.key, { kind: 'header', header: 'idempotency-key' });
 });
 
-test('SPEC §4 example with DATABASE_URL and REDIS_URL set', () => {
+test('contract example with DATABASE_URL and REDIS_URL set', () => {
   const config = loadConfig({
-    text: SPEC_EXAMPLE,
+    text: CONTRACT_EXAMPLE,
     env: { DATABASE_URL: 'postgres://postgres@127.0.0.1:5432/postgres', REDIS_URL: 'redis://127.0.0.1:6379' },
   });
   assert.equal(config.store.postgres, 'postgres://postgres@127.0.0.1:5432/postgres');
@@ -90,5 +92,5 @@ routes:
     match: { path: /** }
     mode: passthrough
 `;
-  assert.deepEqual(loadConfig({ text: bare, env: {} }), loadConfig({ text: SPEC_EXAMPLE, env: {} }));
+  assert.deepEqual(loadConfig({ text: bare, env: {} }), loadConfig({ text: CONTRACT_EXAMPLE, env: {} }));
 });
