@@ -11,7 +11,8 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { spawnProxy, type SpawnedProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { uniqueKey } from '../core/support.js';
-import { tempDir, waitForLine, type TempDir } from '../ops/support.js';
+import { waitForLine } from '../ops/support.js';
+import { tempDir, type TempDir } from '../helpers/tmp.js';
 import { createPki, type Pki } from './certs.js';
 import { httpsRequest } from './clients.js';
 
