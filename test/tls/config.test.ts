@@ -1,6 +1,6 @@
 // listen { address, tls, http2 } and upstream.tls in the configuration: the
-// SPEC §8.6 shape loads, and every bad value is an error naming its field
-// (docs/configuration.md, Listener: TLS and HTTP/2).
+// shape docs/configuration.md (Listener: TLS and HTTP/2) shows loads, and
+// every bad value is an error naming its field.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
@@ -31,7 +31,7 @@ function errorsOf(text: string): readonly string[] {
   assert.fail('expected a ConfigError');
 }
 
-test('the SPEC §8.6 shape loads; a plain host:port string still does', () => {
+test('the documented listen / upstream.tls shape loads; a plain host:port string still does', () => {
   const c = loadConfig({
     text: `
 listen: { address: 0.0.0.0:8443, tls: { cert: ${srv.cert}, key: ${srv.key}, clientCa: ${pki.caFile} }, http2: true }
