@@ -7,6 +7,7 @@ import { createHandler } from './lifecycle/handler.js';
 import { MemoryBudget } from './lifecycle/budget.js';
 import { Plans } from './lifecycle/plan.js';
 import { Waiters } from './lifecycle/waiters.js';
+import { StoreHealth } from './lifecycle/estimate.js';
 import { createLogger, type Logger } from './log/logger.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
 import { Router } from './policy/router.js';
@@ -108,7 +109,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     let live = { config, plans: new Plans(router, { cache: hasCache }) };
     const deps: LifecycleDeps = {
       get plans() { return live.plans; },
-      store, cache, upstream, logger, metrics, waiters: new Waiters(), budget,
+      store, cache, upstream, logger, metrics, waiters: new Waiters(), budget, storeHealth: new StoreHealth(),
     };
     const handler = createHandler(deps);
     const sweeper = startSweeper(db, {

@@ -58,6 +58,18 @@ function storedHeadersText(route: RoutePolicy): string {
   return text;
 }
 
+const ERROR_FORMATS: Readonly<Record<RoutePolicy['errorFormat'], string>> = {
+  problem: 'application/problem+json (RFC 9457) with instance, retryable, idempotency_key',
+  stripe: 'Stripe {"error":{type,code,message}}, Stripe-Should-Retry on every answer the proxy makes',
+  acp: 'ACP flat {type,code,message}',
+};
+
+/** The row's value, marked with the profile when its preset gave one of `fields` (YAML names). */
+function byProfile(route: RoutePolicy, fields: readonly string[], text: string): string {
+  const from = fields.some((f) => route.fromProfile.includes(f));
+  return from ? `${text}  [profile ${route.profile}]` : text;
+}
+
 function describeRoute(route: RoutePolicy, index: number, count: number): string[] {
   const methods = route.match.methods === null ? 'any method' : route.match.methods.join(', ');
   const head = `route ${index + 1}/${count} ${JSON.stringify(route.name)}`;
@@ -68,15 +80,19 @@ function describeRoute(route: RoutePolicy, index: number, count: number): string
     ...table([
       match,
       ['mode', route.mode === 'shadow' ? 'shadow (records and reports, never blocks)' : 'enforce'],
-      ['deduplicates', route.methods.join(', ')],
-      ['key', keyText(route.key, route.required)],
+      ['profile', route.profile],
+      ['deduplicates', byProfile(route, ['methods'], route.methods.join(', '))],
+      ['key', byProfile(route, ['required'], keyText(route.key, route.required))],
+      ['key scope', byProfile(route, ['keyScope'], route.keyScope === 'tenant' ? 'tenant' : 'tenant and request path')],
       ['tenant', tenantText(route.tenant)],
-      ['fingerprint', fingerprintText(route)],
-      ['ttl', formatDuration(route.ttlMs)],
+      ['fingerprint', byProfile(route, ['fingerprint.headers', 'fingerprint.query', 'fingerprint.json'], fingerprintText(route))],
+      ['ttl', byProfile(route, ['ttl'], formatDuration(route.ttlMs))],
       ['lease', formatDuration(route.leaseMs)],
       ['in flight', route.onInFlight === 'wait' ? `wait up to ${formatDuration(route.waitMs)}, then 409` : '409 with Retry-After'],
-      ['key reused', `${route.mismatchStatus} for a different payload`],
-      ['release on', route.releaseOn.length > 0 ? route.releaseOn.join(', ') : 'nothing'],
+      ['key reused', byProfile(route, ['mismatchStatus'], `${route.mismatchStatus} for a different payload`)],
+      ['release on', byProfile(route, ['releaseOn'], route.releaseOn.length > 0 ? route.releaseOn.join(', ') : 'nothing')],
+      ['errors', byProfile(route, ['errorFormat'], ERROR_FORMATS[route.errorFormat])],
+      ['echo key', byProfile(route, ['echoKey'], route.echoKey ? 'Idempotency-Key on every answer to a keyed request' : 'no')],
       ['unknown outcome', route.onUnknownOutcome === 'store' ? 'store the 502/504 answer' : 'release the key'],
       ['expired lease', route.onExpiredLease === 'reexecute' ? 're-execute' : 'fail (409 until purged or expired)'],
       ['store error', route.onStoreError === 'fail' ? '503 (fail closed)' : 'forward without deduplication'],

@@ -4,7 +4,7 @@
 // concern a single field are made here; checks across fields after merging.
 
 import { METHODS } from 'node:http';
-import type { KeySource, Mode, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, TenantSource } from './types.js';
+import type { ErrorFormat, KeyScope, KeySource, Mode, Profile, ReleaseOn, StatusClass, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, TenantSource } from './types.js';
 import type { Issues, Path } from './issues.js';
 import { parseDuration, parseSize } from './units.js';
 
@@ -20,7 +20,7 @@ export interface PolicyLayer {
   maxStoredResponseBytes?: number;
   tenant?: TenantSource;
   fingerprint: { headers?: string[]; query?: boolean; json?: 'raw' | 'canonical'; exclude?: string[] };
-  releaseOn?: number[];
+  releaseOn?: ReleaseOn[];
   mode?: Mode;
   mismatchStatus?: 400 | 422;
   onInFlight?: OnInFlight;
@@ -30,6 +30,13 @@ export interface PolicyLayer {
   onStoreError?: OnStoreError;
   storeHeaders?: string[];
   dropHeaders?: string[];
+  // --- protocol profiles (docs/profiles.md) ---
+  profile?: Profile;
+  errorFormat?: ErrorFormat;
+  keyScope?: KeyScope;
+  echoKey?: boolean;
+  /** Set on a profile's preset layer: the profile it is. */
+  preset?: Profile;
 }
 
 const KNOWN_METHODS: ReadonlySet<string> = new Set(METHODS);
@@ -150,6 +157,19 @@ function readPositiveDuration(raw: Raw, field: string, base: Path, issues: Issue
   return ms;
 }
 
+/** Statuses as numbers, classes lower-cased (`5XX` → `5xx`); the schema has checked each entry. */
+function readReleaseOn(value: unknown): ReleaseOn[] | undefined {
+  if (!Array.isArray(value)) return undefined;
+  const out: ReleaseOn[] = [];
+  for (const v of value) {
+    if (Number.isInteger(v)) out.push(v as number);
+    else if (typeof v === 'string' && /^[1-5][0-9]{2}$/.test(v)) out.push(Number(v));
+    else if (typeof v === 'string' && /^[1-5]xx$/i.test(v)) out.push(v.toLowerCase() as StatusClass);
+    else return undefined;
+  }
+  return unique(out);
+}
+
 /** Reads one policy layer; `raw` may still contain values the schema rejected. */
 export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): PolicyLayer {
   const r: Raw = isRecord(raw) ? raw : {};
@@ -168,7 +188,7 @@ export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): Polic
     maxStoredResponseBytes: readSize(r, 'maxStoredResponseBytes', base, issues),
     tenant: readTenant(r, base, issues),
     fingerprint: readFingerprint(r, base, issues),
-    releaseOn: Array.isArray(r.releaseOn) && r.releaseOn.every(Number.isInteger) ? (r.releaseOn as number[]) : undefined,
+    releaseOn: readReleaseOn(r.releaseOn),
     mode: oneOf(r.mode, ['enforce', 'shadow', 'passthrough'] as const),
     mismatchStatus: oneOf(r.mismatchStatus, [400, 422] as const),
     onInFlight: oneOf(r.onInFlight, ['conflict', 'wait'] as const),
@@ -178,5 +198,9 @@ export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): Polic
     onStoreError: oneOf(r.onStoreError, ['fail', 'passthrough'] as const),
     storeHeaders: readStoreHeaders(r, base, issues),
     dropHeaders: headers(r.dropHeaders),
+    profile: oneOf(r.profile, ['ietf', 'stripe', 'acp'] as const),
+    errorFormat: oneOf(r.errorFormat, ['problem', 'stripe', 'acp'] as const),
+    keyScope: oneOf(r.keyScope, ['tenant', 'tenantAndPath'] as const),
+    echoKey: typeof r.echoKey === 'boolean' ? r.echoKey : undefined,
   };
 }

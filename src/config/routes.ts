@@ -3,11 +3,12 @@
 // sub-field), then checked across fields. No routes → one implicit route
 // named "default" matching every path.
 
-import type { KeySource, RoutePolicy } from './types.js';
+import type { KeySource, Profile, RoutePolicy } from './types.js';
 import type { Issues, Path } from './issues.js';
 import { formatPath } from './issues.js';
 import { isRecord, readMethods, readPolicyLayer, type PolicyLayer } from './policy-layer.js';
 import { formatDuration } from './units.js';
+import { ACP_MIN_TTL_MS, presetLayer } from './profiles.js';
 
 type Resolved = Omit<RoutePolicy, 'name' | 'match' | 'key'>;
 
@@ -34,6 +35,11 @@ export const BUILTIN_POLICY: Resolved = {
   onStoreError: 'fail',
   storeHeaders: [],
   dropHeaders: [],
+  profile: 'ietf',
+  errorFormat: 'problem',
+  keyScope: 'tenant',
+  echoKey: false,
+  fromProfile: [],
 };
 
 /** Resolved field → the field's name in the YAML file. */
@@ -45,20 +51,28 @@ const startsWith = (path: Path, prefix: Path): boolean => prefix.every((segment,
 type Origin = Path | null;
 
 class Merge {
+  /** Most specific first: the route, its profile's preset, the defaults, their profile's preset. */
   constructor(
-    private readonly route: PolicyLayer,
-    private readonly defaults: PolicyLayer,
+    private readonly layers: readonly PolicyLayer[],
     readonly routePath: Path,
   ) {}
 
   private readonly origins = new Map<string, Origin>();
+  /** YAML names of the fields a profile's preset gave. */
+  readonly fromProfile: string[] = [];
+
+  private found(field: string, layer: PolicyLayer, yamlPath: Path): void {
+    // A preset's value is blamed on the `profile` field that named it.
+    this.origins.set(field, layer.preset === undefined ? yamlPath : layer.path);
+    if (layer.preset !== undefined) this.fromProfile.push(yamlPath.slice(layer.path.length).join('.'));
+  }
 
   take<K extends keyof Resolved & keyof PolicyLayer>(field: K): NonNullable<Resolved[K]> {
-    for (const layer of [this.route, this.defaults]) {
+    for (const layer of this.layers) {
       const value = layer[field];
       if (value !== undefined) {
-        this.origins.set(field, [...layer.path, YAML_NAME[field] ?? field]);
-        return value as NonNullable<Resolved[K]>;
+        this.found(field, layer, [...layer.path, YAML_NAME[field] ?? field]);
+        return value as unknown as NonNullable<Resolved[K]>;
       }
     }
     this.origins.set(field, null);
@@ -66,10 +80,10 @@ class Merge {
   }
 
   takeFingerprint<K extends keyof Resolved['fingerprint']>(field: K): Resolved['fingerprint'][K] {
-    for (const layer of [this.route, this.defaults]) {
+    for (const layer of this.layers) {
       const value = layer.fingerprint[field];
       if (value !== undefined) {
-        this.origins.set(`fingerprint.${field}`, [...layer.path, 'fingerprint', field]);
+        this.found(`fingerprint.${field}`, layer, [...layer.path, 'fingerprint', field]);
         return value as Resolved['fingerprint'][K];
       }
     }
@@ -124,8 +138,22 @@ function crossCheck(m: Merge, p: Resolved, match: RoutePolicy['match'], issues: 
   }
 }
 
+/** The layers a route's fields are taken from, most specific first (src/config/profiles.ts). */
+function layersOf(route: PolicyLayer, defaults: PolicyLayer): PolicyLayer[] {
+  if (route.profile !== undefined) return [route, presetLayer(route.profile, [...route.path, 'profile']), defaults];
+  if (defaults.profile !== undefined) return [route, defaults, presetLayer(defaults.profile, [...defaults.path, 'profile'])];
+  return [route, defaults];
+}
+
+function profileCheck(m: Merge, p: Resolved, profile: Profile, issues: Issues): void {
+  if (profile === 'acp' && p.ttlMs < ACP_MIN_TTL_MS) {
+    issues.add(m.blame('ttlMs'), `ttl (${formatDuration(p.ttlMs)}) must be at least 24h under profile: acp (ACP §6.6: keys are retained at least 24 hours)`);
+  }
+}
+
 function resolvePolicy(route: PolicyLayer, defaults: PolicyLayer, name: string, match: RoutePolicy['match'], issues: Issues): RoutePolicy {
-  const m = new Merge(route, defaults, route.path);
+  const m = new Merge(layersOf(route, defaults), route.path);
+  const profile = route.profile ?? defaults.profile ?? BUILTIN_POLICY.profile;
   const leaseMs = m.take('leaseMs');
   const waitSet = route.waitMs !== undefined || defaults.waitMs !== undefined;
   const policy: Resolved = {
@@ -153,8 +181,14 @@ function resolvePolicy(route: PolicyLayer, defaults: PolicyLayer, name: string, 
     onStoreError: m.take('onStoreError'),
     storeHeaders: m.take('storeHeaders'),
     dropHeaders: m.take('dropHeaders'),
+    profile,
+    errorFormat: m.take('errorFormat'),
+    keyScope: m.take('keyScope'),
+    echoKey: m.take('echoKey'),
+    fromProfile: m.fromProfile,
   };
   crossCheck(m, policy, match, issues);
+  profileCheck(m, policy, profile, issues);
   return { name, match, key: keyOf(route) ?? keyOf(defaults) ?? BUILTIN_KEY, ...policy };
 }
 

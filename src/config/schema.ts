@@ -51,7 +51,12 @@ function policyProperties(): Record<string, Schema> {
       json: enumOf('raw', 'canonical'),
       exclude: { type: 'array', items: string },
     }),
-    releaseOn: { type: 'array', uniqueItems: true, items: { type: 'integer', minimum: 100, maximum: 599 } },
+    // A status (100–599) or a status class (5xx): numbers get the range check, strings the pattern.
+    releaseOn: {
+      type: 'array',
+      uniqueItems: true,
+      items: { type: ['integer', 'string'], minimum: 100, maximum: 599, pattern: '^([1-5][xX]{2}|[1-5][0-9]{2})$', 'x-kind': 'status' },
+    },
     mode: enumOf('enforce', 'shadow', 'passthrough'),
     mismatchStatus: enumOf(400, 422),
     onInFlight: enumOf('conflict', 'wait'),
@@ -61,6 +66,11 @@ function policyProperties(): Record<string, Schema> {
     onStoreError: enumOf('fail', 'passthrough'),
     storeHeaders: headerList,
     dropHeaders: headerList,
+    // --- protocol profiles (docs/profiles.md) ---
+    profile: enumOf('ietf', 'stripe', 'acp'),
+    errorFormat: enumOf('problem', 'stripe', 'acp'),
+    keyScope: enumOf('tenant', 'tenantAndPath'),
+    echoKey: { type: 'boolean' },
   };
 }
 

@@ -7,6 +7,17 @@ export type OnInFlight = 'conflict' | 'wait';
 export type OnUnknownOutcome = 'store' | 'release';
 export type OnExpiredLease = 'reexecute' | 'fail';
 export type OnStoreError = 'fail' | 'passthrough';
+/** A releaseOn entry: one status, or a class of them (`5xx`: 500–599). */
+export type StatusClass = '1xx' | '2xx' | '3xx' | '4xx' | '5xx';
+export type ReleaseOn = number | StatusClass;
+
+// --- protocol profiles (docs/profiles.md) ---
+/** A preset of the fields below and of the others a client of that protocol expects. */
+export type Profile = 'ietf' | 'stripe' | 'acp';
+/** The shape of the proxy's own error answers: RFC 9457 problem+json, Stripe's envelope, ACP's flat object. */
+export type ErrorFormat = 'problem' | 'stripe' | 'acp';
+/** What a key is unique within: the tenant, or the tenant and the request path. */
+export type KeyScope = 'tenant' | 'tenantAndPath';
 
 export type KeySource =
   | { readonly kind: 'header'; readonly header: string } // the default: keyHeader
@@ -41,7 +52,7 @@ export interface RoutePolicy {
   readonly maxStoredResponseBytes: number;
   readonly tenant: TenantSource;
   readonly fingerprint: FingerprintPolicy;
-  readonly releaseOn: readonly number[];
+  readonly releaseOn: readonly ReleaseOn[];
   readonly mode: Mode;
   readonly mismatchStatus: 400 | 422;
   readonly onInFlight: OnInFlight;
@@ -51,6 +62,14 @@ export interface RoutePolicy {
   readonly onStoreError: OnStoreError;
   readonly storeHeaders: readonly string[]; // lower-case; added to the stored set
   readonly dropHeaders: readonly string[]; // lower-case; removed from the stored set
+  // --- protocol profiles (docs/profiles.md) ---
+  readonly profile: Profile;
+  readonly errorFormat: ErrorFormat;
+  readonly keyScope: KeyScope;
+  /** Idempotency-Key echoed on every response to a request that carried one. */
+  readonly echoKey: boolean;
+  /** The YAML names of the fields whose value the profile's preset gave (for check-config). */
+  readonly fromProfile: readonly string[];
 }
 
 export interface UpstreamConfig {

@@ -23,6 +23,7 @@ const KIND_WORDS: Readonly<Record<string, string>> = {
   header: 'a header name (letters, digits and !#$%&\'*+.^_`|~-)',
   method: 'an HTTP method such as POST',
   admin: '"host:port", or false to disable the admin listener',
+  status: 'a status 100–599 or a status class such as 5xx',
   'route-name': 'a name of letters, digits and _.:- (at most 64 characters, starting with a letter or digit)',
 };
 

@@ -1,5 +1,6 @@
 import { StoreUnavailableError, UpstreamError } from '../errors.js';
 import type { StoredResponse } from '../store/records.js';
+import type { Dialect } from './dialects.js';
 
 // The catalogue of errors the proxy itself produces, as RFC 9457 problem
 // details. One entry per case, a stable `type` URI each; docs/problems.md is
@@ -12,10 +13,12 @@ export interface ProblemDef {
   readonly slug: string;
   readonly status: number;
   readonly title: string;
+  /** Whether the same request may be sent again unchanged (the `retryable` member; a verdict may say otherwise). */
+  readonly retryable: boolean;
 }
 
-function def(slug: string, status: number, title: string): ProblemDef {
-  return { slug, status, title };
+function def(slug: string, status: number, title: string, retryable = false): ProblemDef {
+  return { slug, status, title, retryable };
 }
 
 export const Problems = {
@@ -26,19 +29,19 @@ export const Problems = {
   bodyIncomplete: def('body-incomplete', 400, 'Request body incomplete'),
   bodyTooLarge: def('body-too-large', 413, 'Request body too large'),
   keyMismatch: def('key-mismatch', 422, 'Idempotency key reused with a different request'),
-  inFlight: def('in-flight', 409, 'Request with this idempotency key is in progress'),
+  inFlight: def('in-flight', 409, 'Request with this idempotency key is in progress', true),
   outcomeUnknown: def('outcome-unknown', 409, 'Outcome of the original request is unknown'),
   executedUnrecorded: def('executed-unrecorded', 409, 'Operation executed; its response was not recorded'),
-  storeUnavailable: def('store-unavailable', 503, 'Idempotency key store unavailable'),
-  overloaded: def('overloaded', 503, 'Proxy memory budget exhausted'),
-  upstreamUnreachable: def('upstream-unreachable', 502, 'Upstream unreachable'),
+  storeUnavailable: def('store-unavailable', 503, 'Idempotency key store unavailable', true),
+  overloaded: def('overloaded', 503, 'Proxy memory budget exhausted', true),
+  upstreamUnreachable: def('upstream-unreachable', 502, 'Upstream unreachable', true),
   upstreamTimeout: def('upstream-timeout', 504, 'Upstream timed out'),
   upstreamReset: def('upstream-reset', 502, 'Upstream connection failed'),
   bodyNotRetained: def('body-not-retained', 0, 'Response body was not retained'),
-  internal: def('internal-error', 500, 'Internal proxy error'),
+  internal: def('internal-error', 500, 'Internal proxy error', true),
   badRequest: def('bad-request', 400, 'Malformed HTTP request'),
   headersTooLarge: def('headers-too-large', 431, 'Request header fields too large'),
-  requestTimeout: def('request-timeout', 408, 'Request not received in time'),
+  requestTimeout: def('request-timeout', 408, 'Request not received in time', true),
   transferCodingUnsupported: def('transfer-coding-unsupported', 501, 'Transfer coding not supported'),
   methodNotAllowed: def('method-not-allowed', 405, 'Method not allowed'),
 } as const satisfies Record<string, ProblemDef>;
@@ -79,11 +82,12 @@ export function problemFor(err: unknown): ProblemDef {
  * unknown): answered first and replayed later as it was stored, with the
  * headers every proxy-made problem carries.
  */
-export function problemRecord(p: ProblemDef, detail: string, requestId: string): StoredResponse {
-  const body = Buffer.from(JSON.stringify(problemBody(p, detail, requestId)));
+export function problemRecord(d: Dialect, p: ProblemDef, detail: string, requestId: string, key: string | null): StoredResponse {
+  // Bound to the key: sending the request again gets this same answer.
+  const body = Buffer.from(d.body(p, { detail, requestId, status: p.status, key, retryable: false }));
   return {
     status: p.status,
-    headers: [['content-type', PROBLEM_CONTENT_TYPE], ['cache-control', 'no-store']],
+    headers: [['content-type', d.contentType], ['cache-control', 'no-store']],
     body,
     bodyRetained: true,
     bodySize: body.length,

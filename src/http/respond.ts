@@ -1,13 +1,15 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { StoredResponse } from '../store/records.js';
-import { PROBLEM_CONTENT_TYPE, Problems, problemBody, type ProblemDef } from './problems.js';
+import { problemDialect, type Dialect } from './dialects.js';
+import { Problems, type ProblemDef } from './problems.js';
 
 // The one writer of the answers the proxy makes itself: problems (on a
 // response, or raw on a socket the HTTP parser refused), replays of stored
 // records, and the first answer of a stored problem record. Every one of them
 // carries X-Request-Id; every proxy-made problem carries Cache-Control:
 // no-store (docs/problems.md). Answers the upstream made are relayed by
-// src/proxy/, never written here.
+// src/proxy/, never written here. The body shape and the dialect's own
+// headers are the route's Dialect (src/http/dialects.ts, docs/profiles.md).
 
 export interface ProblemOptions {
   /** Overrides the catalogue status (mismatchStatus: 400). */
@@ -17,19 +19,28 @@ export interface ProblemOptions {
   /** Connection: close after this answer (framing and body-size refusals). */
   readonly close?: boolean;
   readonly extra?: Record<string, unknown>;
+  /** The idempotency key the request carried (null: none was read). */
+  readonly key?: string | null;
+  /** Overrides the catalogue's `retryable` for this occurrence. */
+  readonly retryable?: boolean;
+  /** A key to echo as Idempotency-Key (echoKey routes), or null. */
+  readonly echo?: string | null;
 }
 
 /** A proxy-made problem on a response that has not started; one already under way is cut instead. */
-export function respondProblem(res: ServerResponse, p: ProblemDef, detail: string, requestId: string, opts: ProblemOptions = {}): void {
+export function respondProblem(res: ServerResponse, d: Dialect, p: ProblemDef, detail: string, requestId: string, opts: ProblemOptions = {}): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
   const status = opts.status ?? p.status;
-  const body = JSON.stringify(problemBody(p, detail, requestId, status, opts.extra));
+  const retryable = opts.retryable ?? p.retryable;
+  const body = d.body(p, { detail, requestId, status, key: opts.key ?? null, retryable, extra: opts.extra });
   // HTTP/2 has no Connection header (the stream ends; the session stays).
   const close = opts.close === true && res.req?.httpVersionMajor !== 2;
-  const headers = problemHeaders(Buffer.byteLength(body), requestId, opts, close);
+  const headers = problemHeaders(d.contentType, Buffer.byteLength(body), requestId, opts, close);
+  headers.push(...d.problemHeaders(retryable));
+  if (opts.echo != null) headers.push('idempotency-key', opts.echo);
   res.writeHead(status, headers);
   res.end(body);
 }
@@ -39,25 +50,26 @@ export function respondProblem(res: ServerResponse, p: ProblemDef, detail: strin
  * (there is no response object) or a CONNECT: always closes the connection.
  */
 export function rawProblem(p: ProblemDef, detail: string, requestId: string): string {
-  const body = JSON.stringify(problemBody(p, detail, requestId));
-  const h = problemHeaders(Buffer.byteLength(body), requestId, { close: true });
+  const body = problemDialect.body(p, { detail, requestId, status: p.status, key: null, retryable: p.retryable });
+  const h = problemHeaders(problemDialect.contentType, Buffer.byteLength(body), requestId, { close: true });
   let head = `HTTP/1.1 ${p.status} ${STATUS_CODES[p.status] ?? 'Error'}\r\n`;
   for (let i = 0; i < h.length; i += 2) head += `${h[i]}: ${h[i + 1]}\r\n`;
   return `${head}\r\n${body}`;
 }
 
-function problemHeaders(length: number, requestId: string, opts: ProblemOptions, close = opts.close === true): string[] {
-  const h = ['content-type', PROBLEM_CONTENT_TYPE, 'content-length', String(length), 'x-request-id', requestId, 'cache-control', 'no-store'];
+function problemHeaders(contentType: string, length: number, requestId: string, opts: ProblemOptions, close = opts.close === true): string[] {
+  const h = ['content-type', contentType, 'content-length', String(length), 'x-request-id', requestId, 'cache-control', 'no-store'];
   if (opts.retryAfterS !== undefined) h.push('retry-after', String(Math.max(1, Math.ceil(opts.retryAfterS))));
   if (close) h.push('connection', 'close');
   return h;
 }
 
 /** The first answer of a record the proxy stored itself (a 502/504 problem record), as stored. */
-export function respondRecord(res: ServerResponse, record: StoredResponse, requestId: string): void {
+export function respondRecord(res: ServerResponse, d: Dialect, record: StoredResponse, requestId: string, echo: string | null): void {
   const flat: string[] = [];
   for (const [n, v] of record.headers) flat.push(n, v);
-  flat.push('content-length', String(record.body.length), 'x-request-id', requestId);
+  flat.push('content-length', String(record.body.length), 'x-request-id', requestId, ...d.replayHeaders);
+  if (echo !== null) flat.push('idempotency-key', echo);
   res.writeHead(record.status, flat);
   res.end(record.body);
 }
@@ -76,7 +88,7 @@ const DESCRIBES_ORIGINAL_BODY: ReadonlySet<string> = new Set([
  * A duplicate answered with the stored record: status, stored headers (several
  * lines of one name stay several), body byte for byte, Idempotent-Replayed.
  */
-export function respondReplay(res: ServerResponse, stored: StoredResponse, requestId: string): void {
+export function respondReplay(res: ServerResponse, d: Dialect, stored: StoredResponse, requestId: string, key: string | null, echo: boolean): void {
   const flat: string[] = [];
   let body = stored.body;
   if (stored.bodyRetained) {
@@ -87,18 +99,20 @@ export function respondReplay(res: ServerResponse, stored: StoredResponse, reque
     for (const [name, value] of stored.headers) {
       if (!DESCRIBES_ORIGINAL_BODY.has(name)) flat.push(name, value);
     }
-    flat.push('content-type', PROBLEM_CONTENT_TYPE);
-    body = Buffer.from(JSON.stringify(problemBody(
-      Problems.bodyNotRetained,
-      `the original response body (${stored.bodySize} bytes) was larger than this route's maxStoredResponseBytes and was not retained; the operation was not run again`,
+    flat.push('content-type', d.contentType);
+    body = Buffer.from(d.body(Problems.bodyNotRetained, {
+      detail: `the original response body (${stored.bodySize} bytes) was larger than this route's maxStoredResponseBytes and was not retained; the operation was not run again`,
       requestId,
-      stored.status,
-      { originalBodyBytes: stored.bodySize },
-    )));
+      status: stored.status,
+      key,
+      retryable: false,
+      extra: { originalBodyBytes: stored.bodySize },
+    }));
   }
   // RFC 9110 §8.6: no Content-Length in a 204 or 304 (nor a body).
   if (stored.status !== 204 && stored.status !== 304) flat.push('content-length', String(body.length));
-  flat.push('idempotent-replayed', 'true', 'x-request-id', requestId);
+  flat.push('idempotent-replayed', 'true', 'x-request-id', requestId, ...d.replayHeaders);
+  if (echo && key !== null && !stored.headers.some(([n]) => n === 'idempotency-key')) flat.push('idempotency-key', key);
   res.writeHead(stored.status, flat);
   res.end(body);
 }

@@ -3,6 +3,7 @@ import type { Metrics } from '../metrics/metrics.js';
 import type { Upstream } from '../proxy/upstream.js';
 import type { ReplayCache } from '../store/cache.js';
 import type { KeyStore } from '../store/key-store.js';
+import type { StoreHealth } from './estimate.js';
 import type { MemoryBudget } from './budget.js';
 import type { Plans } from './plan.js';
 import type { Waiters } from './waiters.js';
@@ -17,6 +18,8 @@ export interface LifecycleDeps {
   readonly logger: Logger;
   readonly metrics: Metrics;
   readonly waiters: Waiters;
+  /** Whether the key store answers, and since when not: the Retry-After of a 503. */
+  readonly storeHealth: StoreHealth;
   /** limits.maxBufferedBytes, shared by every request. */
   readonly budget: MemoryBudget;
 }

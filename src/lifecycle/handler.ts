@@ -72,5 +72,5 @@ function answerFault(deps: LifecycleDeps, ctx: RequestContext, err: unknown): vo
   const detail = p === Problems.storeUnavailable
     ? 'the idempotency key store cannot be reached; retry with the same key'
     : 'the proxy failed unexpectedly; the request may be retried with the same key';
-  respond(deps, ctx, problem(p, detail, ctx.outcome, { logDetail: ctx.detail, ...(p.status === 503 ? { retryAfterS: 1 } : {}) }));
+  respond(deps, ctx, problem(p, detail, ctx.outcome, { logDetail: ctx.detail, ...(p.status === 503 ? { retryAfterS: deps.storeHealth.retryAfterS() } : {}) }));
 }

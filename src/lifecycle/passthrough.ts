@@ -1,6 +1,7 @@
 import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { upstreamProblem } from '../http/problems.js';
+import { problemDialect } from '../http/dialects.js';
 import { respondProblem } from '../http/respond.js';
 import { relayUpstream, type RelaySink } from '../proxy/relay-handler.js';
 import type { RequestContext } from './context.js';
@@ -31,7 +32,7 @@ export function passThroughSink(done: (ctx: RequestContext) => void): PassThroug
         if (!ctx.res.headersSent) {
           const p = upstreamProblem(e);
           ctx.status = p.status;
-          respondProblem(ctx.res, p, e.message, ctx.requestId);
+          respondProblem(ctx.res, ctx.route?.dialect ?? problemDialect, p, e.message, ctx.requestId);
         }
       }
       done(ctx);

@@ -1,4 +1,5 @@
 import type { RoutePolicy } from '../config/types.js';
+import type { Dialect } from '../http/dialects.js';
 import type { CompiledRoute, Router } from '../policy/router.js';
 import { claimPhase } from './phases/claim.js';
 import { commitPhase } from './phases/commit.js';
@@ -6,6 +7,7 @@ import { bodyPhase } from './phases/body.js';
 import { forwardPhase } from './phases/forward.js';
 import { identifyPhase } from './phases/identify.js';
 import { lookasidePhase } from './phases/lookaside.js';
+import { DurationEstimate } from './estimate.js';
 import { enforce, shadow, type Strategy } from './strategy.js';
 import type { Phase } from './verdict.js';
 
@@ -20,6 +22,10 @@ export interface RoutePlan {
   readonly strategy: Strategy;
   /** The phases after route, in order; the last one always answers. */
   readonly phases: readonly Phase[];
+  /** The route's recent upstream durations: the Retry-After of its 409s (src/lifecycle/estimate.ts). */
+  readonly durations: DurationEstimate;
+  /** The body shape and headers of this route's own answers (src/http/dialects.ts), chosen here once. */
+  readonly dialect: Dialect;
 }
 
 export class Plans {
@@ -33,7 +39,7 @@ export class Plans {
       const phases = lookaside
         ? [bodyPhase, identifyPhase, lookasidePhase, claimPhase, forwardPhase, commitPhase]
         : [bodyPhase, identifyPhase, claimPhase, forwardPhase, commitPhase];
-      this.byRoute.set(route, { route, policy: route.policy, strategy: route.shadow ? shadow : enforce, phases });
+      this.byRoute.set(route, { route, policy: route.policy, strategy: route.shadow ? shadow : enforce, phases, durations: new DurationEstimate(), dialect: route.dialect });
     }
   }
 

@@ -1,3 +1,4 @@
+import { problemDialect } from '../http/dialects.js';
 import { respondProblem, respondRecord, respondReplay } from '../http/respond.js';
 import type { RequestContext } from './context.js';
 import type { LifecycleDeps } from './deps.js';
@@ -11,23 +12,29 @@ import type { Verdict } from './verdict.js';
 
 export function respond(deps: LifecycleDeps, ctx: RequestContext, v: Verdict): Promise<void> | void {
   const res = ctx.res;
+  // The route's dialect (docs/profiles.md); a request refused before its route was found speaks problem+json.
+  const route = ctx.route;
+  const dialect = route?.dialect ?? problemDialect;
+  const echo = route !== null && route.policy.echoKey;
   switch (v.kind) {
     case 'problem':
       ctx.outcome = v.outcome;
       ctx.status = v.status ?? v.problem.status;
       ctx.detail = v.logDetail;
-      respondProblem(res, v.problem, v.detail, ctx.requestId, v);
+      respondProblem(res, dialect, v.problem, v.detail, ctx.requestId, {
+        status: v.status, retryAfterS: v.retryAfterS, close: v.close, retryable: v.retryable, key: ctx.key, echo: echo ? ctx.key : null,
+      });
       return;
     case 'replay':
       ctx.outcome = 'replayed';
       ctx.status = v.response.status;
-      respondReplay(res, v.response, ctx.requestId);
+      respondReplay(res, dialect, v.response, ctx.requestId, ctx.key, echo);
       // Served from PostgreSQL (the cache missed): put the record back.
       if (v.ttlLeftMs !== undefined) deps.cache?.refill(ctx.tenantId, ctx.key!, ctx.fingerprint, v.response, v.ttlLeftMs);
       return;
     case 'record':
       ctx.status = v.response.status;
-      if (!res.destroyed) respondRecord(res, v.response, ctx.requestId);
+      if (!res.destroyed) respondRecord(res, dialect, v.response, ctx.requestId, echo ? ctx.key : null);
       return;
     case 'end':
       if (res.destroyed) return;

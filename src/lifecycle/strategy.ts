@@ -15,7 +15,7 @@ export interface Strategy {
   /** The answer enforcement gives (`decision` names it for shadow's count). */
   answer(deps: LifecycleDeps, ctx: RequestContext, verdict: Verdict, decision: ShadowDecision): Verdict;
   /** The claim could not reach the key store. */
-  storeDown(ctx: RequestContext, err: StoreUnavailableError): Verdict;
+  storeDown(deps: LifecycleDeps, ctx: RequestContext, err: StoreUnavailableError): Verdict;
 }
 
 const STORE_DOWN: Verdict = { kind: 'forward', outcome: 'store_error' };
@@ -24,14 +24,14 @@ export const enforce: Strategy = {
   name: 'enforce',
   waits: true,
   answer: (_deps, _ctx, verdict) => verdict,
-  storeDown: (ctx, err) => {
+  storeDown: (deps, ctx, err) => {
     // onStoreError: passthrough — availability over safety, as this route chose.
     if (ctx.plan!.policy.onStoreError === 'passthrough') {
       ctx.detail = err.message;
       return STORE_DOWN;
     }
     return problem(Problems.storeUnavailable, 'the idempotency key store cannot be reached; retry with the same key', 'store_error',
-      { logDetail: err.message, retryAfterS: 1 });
+      { logDetail: err.message, retryAfterS: deps.storeHealth.retryAfterS() });
   },
 };
 
@@ -44,7 +44,7 @@ export const shadow: Strategy = {
     return PASS_THROUGH;
   },
   // A shadow route never refuses for want of the store: it forwards, as it would without the proxy.
-  storeDown: (ctx, err) => {
+  storeDown: (_deps, ctx, err) => {
     ctx.detail = err.message;
     return STORE_DOWN;
   },

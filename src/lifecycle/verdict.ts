@@ -26,6 +26,8 @@ export interface ProblemVerdict {
   readonly status?: number;
   readonly retryAfterS?: number;
   readonly close?: boolean;
+  /** Overrides the catalogue's `retryable` (a 502/504 whose key was released). */
+  readonly retryable?: boolean;
 }
 
 export type Verdict =
@@ -64,7 +66,7 @@ export function problem(
   p: ProblemDef,
   detail: string,
   outcome: Outcome,
-  opts: { logDetail?: string | null; status?: number; retryAfterS?: number; close?: boolean } = {},
+  opts: { logDetail?: string | null; status?: number; retryAfterS?: number; close?: boolean; retryable?: boolean } = {},
 ): ProblemVerdict {
   return { kind: 'problem', problem: p, detail, outcome, logDetail: opts.logDetail === undefined ? detail : opts.logDetail, ...opts };
 }

@@ -1,8 +1,9 @@
 import picomatch from 'picomatch';
-import type { Config, RoutePolicy } from '../config/types.js';
+import type { Config, ReleaseOn, RoutePolicy } from '../config/types.js';
 import { compileFingerprint, type CompiledFingerprint } from './fingerprint.js';
 import { parsePointer } from './json.js';
 import { compileStoredHeaders } from '../proxy/headers.js';
+import { dialectFor, type Dialect } from '../http/dialects.js';
 
 // Routes compiled once at startup; the hot path pays a regex test per route
 // until the first match and nothing for features a route does not use.
@@ -24,6 +25,10 @@ export interface CompiledRoute {
   readonly needsJson: boolean;
   /** Stored response headers (lower-case name → kept). */
   readonly storeHeader: (name: string) => boolean;
+  /** The shape and headers of the proxy's own answers on this route (errorFormat, docs/profiles.md). */
+  readonly dialect: Dialect;
+  /** keyScope: tenantAndPath — the request path is part of the key's scope. */
+  readonly scopePath: boolean;
 }
 
 interface Entry {
@@ -50,6 +55,8 @@ export class Router {
         fingerprint: compileFingerprint(policy.fingerprint),
         needsJson: policy.key.kind === 'fromBody' || policy.fingerprint.json === 'canonical',
         storeHeader: compileStoredHeaders(policy.storeHeaders, policy.dropHeaders),
+        dialect: dialectFor(policy.errorFormat),
+        scopePath: policy.keyScope === 'tenantAndPath',
       };
       entries.push({
         methods: policy.match.methods === null ? null : new Set(policy.match.methods),
@@ -71,9 +78,16 @@ export class Router {
   }
 }
 
-/** releaseOn as a lookup: one array read per response. */
-function compileReleaseOn(statuses: readonly number[]): (status: number) => boolean {
+/** releaseOn as a lookup: one array read per response; a class (`5xx`) fills its hundred entries. */
+function compileReleaseOn(entries: readonly ReleaseOn[]): (status: number) => boolean {
   const table = new Uint8Array(1000);
-  for (const s of statuses) if (s >= 0 && s < 1000) table[s] = 1;
+  for (const e of entries) {
+    if (typeof e === 'number') {
+      if (e >= 0 && e < 1000) table[e] = 1;
+    } else {
+      const base = Number(e[0]) * 100;
+      table.fill(1, base, base + 100);
+    }
+  }
   return (status) => table[status] === 1;
 }

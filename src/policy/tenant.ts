@@ -64,6 +64,14 @@ export function resolveTenant(source: TenantSource, req: IncomingMessage): strin
   }
 }
 
+/**
+ * keyScope: tenantAndPath — the tenant id with the request path, so the same
+ * key on another path is another key (a space cannot occur in a request path).
+ */
+export function tenantWithPath(tenantId: string, path: string): string {
+  return bounded(`${tenantId} ${path}`);
+}
+
 /** The stored tenant id for a tenant as a request would carry it (for the CLI). */
 export function tenantIdFor(source: TenantSource, carried: string): string {
   switch (source.kind) {

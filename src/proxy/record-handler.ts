@@ -36,6 +36,8 @@ export interface Recording {
   body(): Buffer;
   /** After head() answered false: streams the rest unrecorded; the handler ends the client's response. */
   proceed(): void;
+  /** Within head() only: one more header line for the client (an echoKey route's Idempotency-Key). */
+  addHeader(name: string, value: string): void;
 }
 
 /** The owner of a recorded exchange. */
@@ -149,6 +151,10 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
       res.writeHead(statusCode, this.headers);
     }
     return true;
+  }
+
+  addHeader(name: string, value: string): void {
+    this.headers!.push(name, value);
   }
 
   proceed(): void {

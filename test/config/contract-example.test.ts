@@ -23,6 +23,11 @@ const inherited: Omit<RoutePolicy, 'name' | 'match' | 'key' | 'required' | 'mode
   onStoreError: 'fail',
   storeHeaders: [],
   dropHeaders: [],
+  profile: 'ietf',
+  errorFormat: 'problem',
+  keyScope: 'tenant',
+  echoKey: false,
+  fromProfile: [],
 };
 
 test('contract example with DATABASE_URL and REDIS_URL unset', () => {

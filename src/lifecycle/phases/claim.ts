@@ -40,8 +40,10 @@ export const claimPhase: Phase = {
       ctx.storeMs += performance.now() - t0;
       deps.metrics.storeErrors.inc({ op: 'claim' });
       if (!(err instanceof StoreUnavailableError)) throw err;
-      return plan.strategy.storeDown(ctx, err);
+      deps.storeHealth.down();
+      return plan.strategy.storeDown(deps, ctx, err);
     }
+    deps.storeHealth.up();
     const ms = performance.now() - t0;
     ctx.storeMs += ms;
     deps.metrics.storeDuration.labels('claim').observe(ms / 1000);
@@ -65,7 +67,7 @@ function decide(deps: LifecycleDeps, ctx: RequestContext, outcome: ClaimOutcome)
     case 'complete':
       return plan.strategy.answer(deps, ctx, { kind: 'replay', response: outcome.response, ttlLeftMs: outcome.ttlLeftMs }, 'replayed');
     case 'in_flight':
-      return plan.strategy.answer(deps, ctx, inFlight(outcome.retryAfterS), 'conflict');
+      return plan.strategy.answer(deps, ctx, inFlight(plan.durations.retryAfterS(outcome.retryAfterS)), 'conflict');
     case 'mismatch':
       return plan.strategy.answer(deps, ctx, problem(Problems.keyMismatch,
         'this idempotency key was already used with a different request (method, path, query, selected headers or body); use a new key for a new operation',
@@ -77,7 +79,7 @@ function decide(deps: LifecycleDeps, ctx: RequestContext, outcome: ClaimOutcome)
   }
 }
 
-/** 409 in-flight: the key is held by a request still running. */
+/** 409 in-flight: the key is held by a request still running; `retryAfterS` is the route's estimate (src/lifecycle/estimate.ts). */
 export function inFlight(retryAfterS: number): ProblemVerdict {
   return problem(Problems.inFlight, 'a request with this idempotency key is still being processed; retry after the time in Retry-After',
     'conflict', { logDetail: null, retryAfterS });

@@ -42,7 +42,7 @@ export const commitPhase: Phase = {
       return DONE;
     }
     // A body cut by upstream.timeout is a timeout (504), any other break a reset (502).
-    return commit(deps, ctx, problemRecord(upstreamProblem(error), error.message, ctx.requestId), null);
+    return commit(deps, ctx, problemRecord(ctx.plan!.dialect, upstreamProblem(error), error.message, ctx.requestId, ctx.key), null);
   },
 };
 
@@ -60,7 +60,8 @@ function record(ctx: RequestContext, recording: Recording): StoredResponse {
 
 function upstreamFailed(ctx: RequestContext, e: UpstreamError): Verdict {
   ctx.source = 'upstream';
-  return problem(upstreamProblem(e), e.message, 'upstream_error');
+  // The key was released: the same request may be sent again.
+  return problem(upstreamProblem(e), e.message, 'upstream_error', { retryable: true });
 }
 
 async function failedBeforeResponse(deps: LifecycleDeps, ctx: RequestContext, e: UpstreamError): Promise<Verdict> {
@@ -74,7 +75,7 @@ async function failedBeforeResponse(deps: LifecycleDeps, ctx: RequestContext, e:
   ctx.detail = e.message;
   const p = upstreamProblem(e);
   ctx.status = p.status;
-  return commit(deps, ctx, problemRecord(p, e.message, ctx.requestId), null);
+  return commit(deps, ctx, problemRecord(ctx.plan!.dialect, p, e.message, ctx.requestId, ctx.key), null);
 }
 
 /**

@@ -30,6 +30,13 @@ export const forwardPhase: Phase = {
   }),
 };
 
+/** echoKey: the request's key on the upstream's answer too, unless the upstream echoed it itself. */
+function echoKey(recording: Recording, key: string): void {
+  const h = recording.headers!;
+  for (let i = 0; i < h.length; i += 2) if (h[i]!.toLowerCase() === 'idempotency-key') return;
+  recording.addHeader('idempotency-key', key);
+}
+
 class Forwarding implements Recorder {
   private readonly t0 = performance.now();
 
@@ -43,6 +50,7 @@ class Forwarding implements Recorder {
   head(recording: Recording, statusCode: number): boolean {
     const ctx = this.ctx;
     ctx.status = statusCode;
+    if (ctx.plan!.policy.echoKey) echoKey(recording, ctx.key!);
     if (!ctx.plan!.route.releases(statusCode)) {
       ctx.outcome = 'executed';
       return true;
@@ -57,6 +65,8 @@ class Forwarding implements Recorder {
     // The upstream exchange ends when its body does: the commit after it is store time.
     const ctx = this.ctx;
     ctx.upstreamMs = performance.now() - this.t0;
+    // A recorded exchange that ran to its end teaches the route's 409 Retry-After.
+    if (error === null && !ctx.released) ctx.plan!.durations.observe(ctx.upstreamMs);
     ctx.exchange = recording;
     ctx.upstreamError = error;
     this.resolve(NEXT);

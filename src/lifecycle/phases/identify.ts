@@ -3,7 +3,7 @@ import { fingerprint } from '../../policy/fingerprint.js';
 import { parseJsonBody, type JsonValue } from '../../policy/json.js';
 import { isKeyProblem, keyFromBody, keyFromHeader, type KeyProblem } from '../../policy/key.js';
 import type { CompiledRoute } from '../../policy/router.js';
-import { resolveTenant } from '../../policy/tenant.js';
+import { resolveTenant, tenantWithPath } from '../../policy/tenant.js';
 import { NEXT, PASS_THROUGH, problem, type Phase } from '../verdict.js';
 
 // Phase "identify": the key (header or JSON body field), the tenant and the
@@ -33,7 +33,8 @@ export const identifyPhase: Phase = {
     }
     if (isKeyProblem(key)) return plan.strategy.answer(deps, ctx, problem(KEY_PROBLEMS[key.problem], key.detail, 'rejected'), 'rejected');
     ctx.key = key;
-    ctx.tenantId = resolveTenant(plan.policy.tenant, ctx.req);
+    const tenantId = resolveTenant(plan.policy.tenant, ctx.req);
+    ctx.tenantId = route.scopePath ? tenantWithPath(tenantId, ctx.path) : tenantId;
     ctx.fingerprint = fingerprint(route.fingerprint, ctx.method, ctx.path, ctx.query, ctx.req.headers, ctx.body, json);
     return NEXT;
   },

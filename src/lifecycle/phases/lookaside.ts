@@ -18,7 +18,9 @@ export const lookasidePhase: Phase = {
     }
     ctx.cache = 'hit';
     if (hit.kind === 'complete') return { kind: 'replay', response: hit.response };
-    if (ctx.plan!.policy.onInFlight === 'conflict') return inFlight(hit.retryAfterS);
+    // The marker's lease bounds the estimate, as the claim's row does.
+    const plan = ctx.plan!;
+    if (plan.policy.onInFlight === 'conflict') return inFlight(plan.durations.retryAfterS(hit.retryAfterS));
     return NEXT;
   },
 };
