@@ -24,6 +24,8 @@ import { drainServer } from './ops/drain.js';
 import { InstrumentedKeyStore } from './ops/instrumented-store.js';
 import { createReadiness } from './ops/readiness.js';
 import { planReload } from './ops/reload-plan.js';
+import { tlsReloader } from './ops/tls-reload.js';
+import { readListenTls } from './config/tls-files.js';
 import type { LifecycleDeps } from './lifecycle/deps.js';
 import { startKeyCensus } from './admin/census.js';
 import { KeyOperations } from './admin/keys.js';
@@ -70,7 +72,7 @@ export interface RunningProxy {
 
 export interface ReloadResult {
   readonly routes: readonly string[];
-  /** Live settings that changed (`routes`, `logLevel`, `shutdownTimeout`). */
+  /** Live settings that changed (`routes`, `logLevel`, `shutdownTimeout`, `listen.tls`: the files' contents). */
   readonly changed: readonly string[];
   /** Changed settings that need a restart, as YAML paths (`upstream.url`). */
   readonly restartNeeded: readonly string[];
@@ -136,7 +138,9 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     });
     cleanups.push(() => census.stop());
 
-    const main = await listen(handler, config.listen.host, config.listen.port, opts.serverTimeouts);
+    const listenTls = config.listenTls === null ? null : readListenTls(config.listenTls);
+    const main = await listen(handler, config.listen.host, config.listen.port, opts.serverTimeouts, { tls: listenTls, http2: config.http2 });
+    const certificates = tlsReloader(main, listenTls);
     cleanups.push(() => { if (main.server.listening) main.server.close(); });
     let closing: Promise<void> | null = null;
     let admin: Listener | null = null;
@@ -170,7 +174,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
       close: () => (closing ??= (async () => {
         // /readyz answers 503 from here on; the admin listener stays up while draining.
         const deadlineMs = opts.shutdownDeadlineMs ?? live.config.shutdownTimeoutMs;
-        const drained = await drainServer(main.server, { deadlineMs, idle: () => metrics.inFlight.whenIdle() });
+        const drained = await drainServer(main.server, { deadlineMs, idle: () => metrics.inFlight.whenIdle(), h2: main.h2 });
         forcedShutdown = drained.forced;
         if (drained.forced) {
           logger.warn({ deadlineMs, keysInFlight: metrics.inFlight.count },
@@ -184,10 +188,13 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
       reload: (next) => {
         const plan = planReload(live.config, next);
         const nextRouter = new Router(plan.config);
+        // Certificates last of what can fail: a rejected reload changes nothing.
+        const tlsChanged = certificates.reload(plan.config.listenTls);
         live = { config: plan.config, plans: new Plans(nextRouter, { cache: hasCache }) };
         if (opts.logger === undefined && logger.level !== plan.config.logLevel) logger.level = plan.config.logLevel;
         if (plan.changed.includes('routes')) warnTradeOffs(plan.config, logger);
-        return { routes: nextRouter.routes.map((r) => r.name), changed: plan.changed, restartNeeded: plan.restartNeeded };
+        const changed = tlsChanged ? [...plan.changed, 'listen.tls'] : plan.changed;
+        return { routes: nextRouter.routes.map((r) => r.name), changed, restartNeeded: plan.restartNeeded };
       },
     };
   } catch (err) {

@@ -9,6 +9,13 @@ import { formatDuration, formatSize } from './units.js';
 const address = (a: { host: string; port: number }): string =>
   `${a.host.includes(':') ? `[${a.host}]` : a.host}:${a.port}`;
 
+/** TLS / mTLS / HTTP/2 of the listener, as a suffix (docs/configuration.md, Listener). */
+const listenExtras = (c: Config): string => {
+  const parts = [c.listenTls === null ? '' : c.listenTls.clientCa === null ? 'TLS' : 'TLS with client certificates (mTLS)', c.http2 ? 'HTTP/2 and HTTP/1.1' : ''];
+  const shown = parts.filter((p) => p !== '');
+  return shown.length === 0 ? '' : ` (${shown.join(', ')})`;
+};
+
 function table(rows: readonly (readonly [string, string])[], indent = '  '): string[] {
   const width = Math.max(...rows.map(([label]) => label.length));
   return rows.map(([label, value]) => `${indent}${label.padEnd(width)}  ${value}`);
@@ -29,6 +36,8 @@ function tenantText(tenant: TenantSource): string {
       return `SHA-256 of header ${tenant.header}`;
     case 'constant':
       return `constant ${JSON.stringify(tenant.value)}`;
+    case 'fromClientCert':
+      return 'subject of the verified client certificate (RFC 4514)';
   }
 }
 
@@ -100,7 +109,7 @@ export function describeConfig(config: Config): string {
   const admin =
     config.admin === null ? 'disabled' : `${address(config.admin)} (admin token: ${config.adminToken === null ? 'none' : 'set, not shown'})`;
   const header = table([
-    ['listen', address(config.listen)],
+    ['listen', `${address(config.listen)}${listenExtras(config)}`],
     ['admin', admin],
     ['upstream', `${upstream.url} (timeout ${formatDuration(upstream.timeoutMs)}, ${upstream.connections} connections)`],
     ['store', store.postgres === null ? `embedded PGlite in ${store.dataDir} (single instance only)` : `PostgreSQL ${maskUrl(store.postgres)} (pool ${store.poolSize}, timeout ${formatDuration(store.timeoutMs)}${store.preparedStatements ? '' : ', unnamed statements'})`],

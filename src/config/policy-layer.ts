@@ -118,6 +118,7 @@ function readTenant(raw: Raw, base: Path, issues: Issues): TenantSource | undefi
   }
   if (typeof tenant.fromHeaderHash === 'string') return { kind: 'fromHeaderHash', header: tenant.fromHeaderHash.toLowerCase() };
   if (typeof tenant.constant === 'string') return { kind: 'constant', value: tenant.constant };
+  if (tenant.fromClientCert === 'subject') return { kind: 'fromClientCert', field: 'subject' };
   return undefined;
 }
 

@@ -10,6 +10,7 @@ import { checkStoreUrl, parseHostPort, parseUpstreamUrl, type HostPort } from '.
 import { isRecord } from './policy-layer.js';
 import { resolveRoutes } from './routes.js';
 import { parseDuration, parseSize } from './units.js';
+import { checkClientCertTenants, listenAddress, resolveHttp2, resolveListenTls, resolveUpstreamTls } from './listen.js';
 
 /** Command-line overrides. Unset or empty means "not given". */
 export interface ConfigFlags {
@@ -123,6 +124,7 @@ function resolveUpstream(raw: Raw, flags: ConfigFlags, issues: Issues): Upstream
     url,
     timeoutMs: duration(section, 'timeout', ['upstream'], DEFAULTS.upstreamTimeoutMs, issues),
     connections: integer(section.connections, DEFAULTS.connections),
+    tls: resolveUpstreamTls(section, url, issues),
   };
 }
 
@@ -186,9 +188,10 @@ function resolveLogLevel(raw: Raw, flags: ConfigFlags, issues: Issues): string {
 /** Builds the Config; every problem goes to `issues` (the result is unusable if any). */
 export function resolveConfig(tree: unknown, flags: ConfigFlags, env: Env, issues: Issues): Config {
   const raw: Raw = isRecord(tree) ? tree : {};
-  const listenSource = first([flags.listen, ['--listen']], [raw.listen, ['listen']]) ?? { value: DEFAULTS.listen, path: ['listen'] };
-  if (raw.listen === '' && !given(flags.listen)) issues.add(['listen'], 'is empty (is its variable unset?): give "host:port"');
-  return {
+  const address = listenAddress(raw);
+  const listenSource = first([flags.listen, ['--listen']], [address.value, address.path]) ?? { value: DEFAULTS.listen, path: ['listen'] };
+  if (address.value === '' && !given(flags.listen)) issues.add(address.path, 'is empty (is its variable unset?): give "host:port"');
+  const config: Config = {
     listen: hostPort(listenSource, '0.0.0.0', issues) ?? { host: '0.0.0.0', port: 8080 },
     admin: resolveAdmin(raw, flags, issues),
     adminToken: resolveAdminToken(raw, issues),
@@ -198,8 +201,12 @@ export function resolveConfig(tree: unknown, flags: ConfigFlags, env: Env, issue
     logLevel: resolveLogLevel(raw, flags, issues),
     shutdownTimeoutMs: duration(raw, 'shutdownTimeout', [], DEFAULTS.shutdownTimeoutMs, issues),
     routes: resolveRoutes(raw.defaults, raw.routes, issues),
+    listenTls: resolveListenTls(raw, issues),
+    http2: resolveHttp2(raw),
     tracing: resolveTracing(raw, env, issues),
   };
+  checkClientCertTenants(config.routes, config.listenTls, issues);
+  return config;
 }
 
 // Tracing (docs/configuration.md): the YAML section, else the standard OTEL_* variables.

@@ -44,7 +44,7 @@ function policyProperties(): Record<string, Schema> {
     lease: duration,
     maxBodyBytes: size,
     maxStoredResponseBytes: size,
-    tenant: exactlyOne({ fromHeader: headerName, fromHeaderHash: headerName, constant: string }),
+    tenant: exactlyOne({ fromHeader: headerName, fromHeaderHash: headerName, constant: string, fromClientCert: enumOf('subject') }),
     fingerprint: closed({
       headers: headerList,
       query: { type: 'boolean' },
@@ -74,6 +74,26 @@ function policyProperties(): Record<string, Schema> {
   };
 }
 
+// --- TLS and HTTP/2 (docs/configuration.md, Listener) ---
+const path: Schema = { type: 'string', minLength: 1 };
+
+/** `listen`: "host:port", or a mapping with the address, TLS files and http2. */
+function listenSchema(): Schema {
+  return {
+    type: ['string', 'object'],
+    properties: {
+      address: string,
+      tls: closed({ cert: path, key: path, clientCa: path }, { required: ['cert', 'key'] }),
+      http2: { type: 'boolean' },
+    },
+    additionalProperties: false,
+  };
+}
+
+function upstreamTlsSchema(): Schema {
+  return closed({ ca: path, cert: path, key: path, servername: { type: 'string', minLength: 1 } });
+}
+
 /** A fresh schema object (ajv may annotate what it compiles). */
 export function configSchema(): Schema {
   const route = closed(
@@ -89,10 +109,10 @@ export function configSchema(): Schema {
   );
   return {
     ...closed({
-      listen: string,
+      listen: listenSchema(),
       admin: { type: ['string', 'boolean', 'null'], 'x-kind': 'admin' },
       adminToken: string,
-      upstream: section({ url: string, timeout: duration, connections: { type: 'integer', minimum: 1 } }),
+      upstream: section({ url: string, timeout: duration, connections: { type: 'integer', minimum: 1 }, tls: upstreamTlsSchema() }),
       store: section({
         postgres: { type: ['string', 'null'] },
         redis: { type: ['string', 'null'] },

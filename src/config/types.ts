@@ -27,7 +27,8 @@ export type KeySource =
 export type TenantSource =
   | { readonly kind: 'fromHeader'; readonly header: string }
   | { readonly kind: 'fromHeaderHash'; readonly header: string }
-  | { readonly kind: 'constant'; readonly value: string };
+  | { readonly kind: 'constant'; readonly value: string }
+  | { readonly kind: 'fromClientCert'; readonly field: 'subject' }; // mTLS: docs/configuration.md
 
 export interface FingerprintPolicy {
   readonly headers: readonly string[]; // lower-case header names
@@ -75,6 +76,7 @@ export interface UpstreamConfig {
   readonly url: string; // origin, e.g. http://127.0.0.1:3000
   readonly timeoutMs: number; // bounds the whole upstream exchange
   readonly connections: number;
+  readonly tls: UpstreamTls | null; // https:// upstreams only
 }
 
 export interface StoreConfig {
@@ -106,6 +108,11 @@ export interface Config {
   /** Graceful shutdown: how long in-flight requests get to finish and commit. */
   readonly shutdownTimeoutMs: number;
   readonly routes: readonly RoutePolicy[];
+  // --- TLS and HTTP/2 on the listener (docs/configuration.md, Listener) ---
+  /** `listen.tls`: null = plain TCP. */
+  readonly listenTls: ListenTls | null;
+  /** `listen.http2`: HTTP/2 (ALPN h2 over TLS, h2c with prior knowledge without) beside HTTP/1.1. */
+  readonly http2: boolean;
   readonly tracing: TracingConfig;
 }
 
@@ -113,10 +120,26 @@ export interface Config {
 export interface TracingConfig {
   /** tracing.enabled, or on when an OTLP endpoint is set (YAML or OTEL_EXPORTER_OTLP_[TRACES_]ENDPOINT). */
   readonly enabled: boolean;
-  /** The OTLP/HTTP traces URL (…/v1/traces); null: the OTEL_* variables or the SDK's default. */
+  /** The OTLP/HTTP base URL (spans go to <endpoint>/v1/traces); null: the OTEL_* variables or the SDK's default. */
   readonly endpoint: string | null;
   /** null: OTEL_SERVICE_NAME, else "idempotency-proxy". */
   readonly serviceName: string | null;
   /** Parent-based ratio sampler; null: OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on). */
   readonly sampleRatio: number | null;
+}
+
+// --- TLS (docs/configuration.md, Listener and Upstream) ---
+/** File paths; each was readable and parsed when the configuration was loaded. */
+export interface ListenTls {
+  readonly cert: string;
+  readonly key: string;
+  /** CA bundle that client certificates must chain to: mTLS, a client without one is refused. */
+  readonly clientCa: string | null;
+}
+
+export interface UpstreamTls {
+  readonly ca: string | null; // CA bundle replacing the system roots
+  readonly cert: string | null; // client certificate (with key)
+  readonly key: string | null;
+  readonly servername: string | null; // SNI and the name the certificate must match
 }

@@ -29,6 +29,10 @@ export function checkFraming(req: IncomingMessage): FramingProblem | null {
   // RFC 9112 §3.2: exactly one Host line (HTTP/1.0 may leave it out).
   if (hosts > 1) return bad('the request has more than one Host header line');
   if (hosts === 0 && req.httpVersion !== '1.0') return bad('an HTTP/1.1 request needs a Host header');
+  // HTTP/2 (src/http/h2.ts made :authority the Host line if there was none): both must agree (RFC 9113 §8.3.1).
+  if (req.httpVersionMajor === 2 && req.headers[':authority'] !== undefined && req.headers[':authority'] !== req.headers.host) {
+    return bad('the :authority and Host of the HTTP/2 request differ');
+  }
 
   const te = req.headers['transfer-encoding'];
   if (te !== undefined) {

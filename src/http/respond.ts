@@ -37,7 +37,9 @@ export function respondProblem(res: ServerResponse, d: Dialect, p: ProblemDef, d
   const status = opts.status ?? p.status;
   const retryable = opts.retryable ?? p.retryable;
   const body = d.body(p, { detail, requestId, status, key: opts.key ?? null, retryable, extra: opts.extra });
-  const headers = problemHeaders(d.contentType, Buffer.byteLength(body), requestId, opts);
+  // HTTP/2 has no Connection header (the stream ends; the session stays).
+  const close = opts.close === true && res.req?.httpVersionMajor !== 2;
+  const headers = problemHeaders(d.contentType, Buffer.byteLength(body), requestId, opts, close);
   headers.push(...d.problemHeaders(retryable));
   if (opts.echo != null) headers.push('idempotency-key', opts.echo);
   res.writeHead(status, headers);
@@ -56,10 +58,10 @@ export function rawProblem(p: ProblemDef, detail: string, requestId: string): st
   return `${head}\r\n${body}`;
 }
 
-function problemHeaders(contentType: string, length: number, requestId: string, opts: ProblemOptions): string[] {
+function problemHeaders(contentType: string, length: number, requestId: string, opts: ProblemOptions, close = opts.close === true): string[] {
   const h = ['content-type', contentType, 'content-length', String(length), 'x-request-id', requestId, 'cache-control', 'no-store'];
   if (opts.retryAfterS !== undefined) h.push('retry-after', String(Math.max(1, Math.ceil(opts.retryAfterS))));
-  if (opts.close === true) h.push('connection', 'close');
+  if (close) h.push('connection', 'close');
   return h;
 }
 

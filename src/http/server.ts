@@ -1,6 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
+import type { SecureContextOptions } from 'node:tls';
+import { attachH2c, attachH2OverTls, type H2Front } from './h2.js';
 import type { Duplex } from 'node:stream';
 import { Problems } from './problems.js';
 import { rawProblem } from './respond.js';
@@ -14,6 +17,10 @@ export type Handler = (req: http.IncomingMessage, res: http.ServerResponse) => v
 export interface Listener {
   readonly server: http.Server;
   readonly url: string;
+  /** The HTTP/2 sessions (listen.http2), null without HTTP/2. */
+  readonly h2: H2Front | null;
+  /** TLS only: new connections get this certificate and key; open ones keep theirs. */
+  setSecureContext(tls: SecureContextOptions): void;
   /** Stops accepting, lets in-flight requests finish, closes idle sockets. */
   close(deadlineMs: number): Promise<void>;
 }
@@ -64,9 +71,15 @@ function refuseUnparsed(err: NodeJS.ErrnoException, socket: Duplex): void {
   socket.end(rawProblem(p, detail, randomUUID()));
 }
 
-export async function listen(handler: Handler, host: string, port: number, timeouts: Partial<ServerTimeouts> = {}): Promise<Listener> {
-  const t = { ...DEFAULT_SERVER_TIMEOUTS, ...timeouts };
-  const server = http.createServer({
+/** TLS and HTTP/2 on the listener (docs/configuration.md, Listener). */
+export interface ListenOptions {
+  /** Certificate, key and (for mTLS) the client CA; null or absent: plain TCP. */
+  readonly tls?: SecureContextOptions | null;
+  readonly http2?: boolean;
+}
+
+function createServer(handler: Handler, t: ServerTimeouts, tls: SecureContextOptions | null | undefined, h2: boolean): http.Server {
+  const options: http.ServerOptions = {
     keepAliveTimeout: t.keepAliveTimeoutMs,
     headersTimeout: t.headersTimeoutMs,
     requestTimeout: t.requestTimeoutMs,
@@ -78,7 +91,24 @@ export async function listen(handler: Handler, host: string, port: number, timeo
     // Host is checked with the rest of the framing (src/http/framing.ts), so
     // a missing Host gets a problem+json answer like every other 400.
     requireHostHeader: false,
-  }, handler);
+  };
+  if (tls === null || tls === undefined) return http.createServer(options, handler);
+  // A client CA means mTLS: a client without a certificate it signed is refused in the handshake.
+  const mtls = tls.ca !== undefined;
+  return https.createServer({
+    ...options,
+    ...tls,
+    requestCert: mtls,
+    rejectUnauthorized: mtls,
+    ALPNProtocols: h2 ? ['h2', 'http/1.1'] : ['http/1.1'],
+  }, handler) as unknown as http.Server;
+}
+
+export async function listen(handler: Handler, host: string, port: number, timeouts: Partial<ServerTimeouts> = {}, opts: ListenOptions = {}): Promise<Listener> {
+  const t = { ...DEFAULT_SERVER_TIMEOUTS, ...timeouts };
+  const tls = opts.tls ?? null;
+  const server = createServer(handler, t, tls, opts.http2 === true);
+  const h2 = opts.http2 !== true ? null : tls !== null ? attachH2OverTls(server, handler, t) : attachH2c(server, handler, t);
   server.on('connect', refuseConnect);
   server.on('clientError', refuseUnparsed);
   await new Promise<void>((resolve, reject) => {
@@ -92,7 +122,12 @@ export async function listen(handler: Handler, host: string, port: number, timeo
   const shownHost = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   return {
     server,
-    url: `http://${shownHost}:${addr.port}`,
+    url: `${tls !== null ? 'https' : 'http'}://${shownHost}:${addr.port}`,
+    h2,
+    setSecureContext: (next) => {
+      if (tls === null) throw new Error('the listener has no TLS');
+      (server as unknown as https.Server).setSecureContext(next);
+    },
     close: (deadlineMs) => closeGracefully(server, deadlineMs),
   };
 }

@@ -1,4 +1,5 @@
 import type http from 'node:http';
+import type { H2Front } from '../http/h2.js';
 
 // Graceful stop of the client listener (SIGTERM/SIGINT): no new connections;
 // requests already on a connection finish, their responses saying
@@ -12,6 +13,8 @@ export interface DrainOptions {
   readonly idle: () => Promise<void>;
   /** How often idle keep-alive connections are closed while draining. */
   readonly pollMs?: number;
+  /** HTTP/2 sessions on the listener: GOAWAY at once, their open streams finish. */
+  readonly h2?: H2Front | null;
 }
 
 export interface DrainResult {
@@ -23,11 +26,13 @@ export interface DrainResult {
 export async function drainServer(server: http.Server, opts: DrainOptions): Promise<DrainResult> {
   const t0 = performance.now();
   const markClose = (_req: http.IncomingMessage, res: http.ServerResponse): void => {
-    if (!res.headersSent) res.setHeader('connection', 'close');
+    // HTTP/2 has no Connection header: its sessions get a GOAWAY instead.
+    if (!res.headersSent && _req.httpVersionMajor < 2) res.setHeader('connection', 'close');
   };
   server.prependListener('request', markClose);
   const closed = new Promise<void>((resolve) => server.close(() => resolve()));
   server.closeIdleConnections();
+  opts.h2?.goAway();
   const poll = setInterval(() => server.closeIdleConnections(), opts.pollMs ?? 50);
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<'deadline'>((resolve) => {
@@ -38,6 +43,7 @@ export async function drainServer(server: http.Server, opts: DrainOptions): Prom
     const result = await Promise.race([drained, deadline]);
     if (result === 'deadline') {
       server.closeAllConnections();
+      opts.h2?.destroyAll();
       await closed;
     }
     return { forced: result === 'deadline', ms: performance.now() - t0 };

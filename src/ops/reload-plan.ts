@@ -4,7 +4,9 @@ import type { Config } from '../config/types.js';
 // compiled into a new Router and swapped in for new requests; the log level
 // and the shutdown deadline are read when used. Listeners, the upstream pool
 // and the store (PostgreSQL, Redis, sweeper) are built once: a change there
-// needs a restart, and the running values are kept.
+// needs a restart, and the running values are kept. The listener's TLS files
+// are re-read on every reload (src/ops/tls-reload.ts): their paths may change
+// live, turning TLS or mTLS on or off needs a restart.
 
 const LIVE: ReadonlySet<string> = new Set(['routes', 'logLevel', 'shutdownTimeoutMs']);
 /** Sections compared field by field, so the log names e.g. `upstream.timeout`. */
@@ -22,7 +24,15 @@ export interface ReloadPlan {
 const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.stringify(b);
 
 /** `timeoutMs` → `timeout`, `sweepIntervalMs` → `sweepInterval`: the YAML names. */
-const yamlName = (field: string): string => field.replace(/Ms$/, '');
+const yamlName = (field: string): string => YAML_NAMES[field] ?? field.replace(/Ms$/, '');
+const YAML_NAMES: Readonly<Record<string, string>> = { listenTls: 'listen.tls', http2: 'listen.http2' };
+
+/** New certificate paths are live; TLS or mTLS switched on or off is not. */
+function tlsLive(current: Config, next: Config): boolean {
+  const a = current.listenTls;
+  const b = next.listenTls;
+  return a !== null && b !== null && (a.clientCa === null) === (b.clientCa === null);
+}
 
 export function planReload(current: Config, next: Config): ReloadPlan {
   const restartNeeded: string[] = [];
@@ -32,6 +42,7 @@ export function planReload(current: Config, next: Config): ReloadPlan {
     const a = (current as unknown as Record<string, unknown>)[field];
     const b = (next as unknown as Record<string, unknown>)[field];
     if (same(a, b)) continue;
+    if (field === 'listenTls' && tlsLive(current, next)) continue;
     if (LIVE.has(field)) {
       changed.push(yamlName(field));
     } else if (SECTIONS.has(field) && a !== null && b !== null && typeof a === 'object' && typeof b === 'object') {
@@ -49,6 +60,7 @@ export function planReload(current: Config, next: Config): ReloadPlan {
     routes: next.routes,
     logLevel: next.logLevel,
     shutdownTimeoutMs: next.shutdownTimeoutMs,
+    listenTls: tlsLive(current, next) ? next.listenTls : current.listenTls,
   });
   return { config, restartNeeded, changed };
 }

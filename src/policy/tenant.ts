@@ -1,9 +1,11 @@
 import { createHash } from 'node:crypto';
-import type { IncomingHttpHeaders } from 'node:http';
+import type { IncomingMessage } from 'node:http';
+import type { TLSSocket } from 'node:tls';
 import type { TenantSource } from '../config/types.js';
 
 // Keys are unique per (tenant, key). Raw credentials are never stored: a
-// hashed tenant is the SHA-256 of the header value, hex.
+// hashed tenant is the SHA-256 of the header value, hex. A tenant from the
+// client certificate is its subject (docs/configuration.md, tenant).
 
 export function hashTenant(value: string): string {
   return createHash('sha256').update(value).digest('hex');
@@ -24,16 +26,41 @@ function bounded(value: string): string {
   return value.length <= MAX_TENANT_CHARS ? value : `sha256:${hashTenant(value)}`;
 }
 
-export function resolveTenant(source: TenantSource, headers: IncomingHttpHeaders): string {
+/**
+ * The subject of an X.509 certificate in RFC 4514 form (most specific RDN
+ * first, e.g. `CN=client-a,O=Acme,C=DE`), from Node's one-attribute-per-line
+ * rendering (issuer order, RFC 2253 escaping).
+ */
+export function subjectRfc4514(multiline: string): string {
+  return multiline.split('\n').filter((l) => l !== '').reverse().join(',');
+}
+
+/** One subject per TLS connection (every request and HTTP/2 stream on it shares it). */
+const subjects = new WeakMap<object, string>();
+
+function clientCertSubject(req: IncomingMessage): string {
+  const socket = req.socket as Partial<TLSSocket>;
+  const known = subjects.get(socket);
+  if (known !== undefined) return known;
+  // The listener verified the certificate (listen.tls.clientCa): a request without one never gets here.
+  const cert = socket.getPeerX509Certificate?.();
+  const subject = cert === undefined ? '' : bounded(subjectRfc4514(cert.subject));
+  subjects.set(socket, subject);
+  return subject;
+}
+
+export function resolveTenant(source: TenantSource, req: IncomingMessage): string {
   switch (source.kind) {
     case 'constant':
       return source.value;
     case 'fromHeader':
-      return bounded(first(headers[source.header]) ?? '');
+      return bounded(first(req.headers[source.header]) ?? '');
     case 'fromHeaderHash': {
-      const v = first(headers[source.header]);
+      const v = first(req.headers[source.header]);
       return v === undefined || v === '' ? '' : hashTenant(v);
     }
+    case 'fromClientCert':
+      return clientCertSubject(req);
   }
 }
 
@@ -51,6 +78,7 @@ export function tenantIdFor(source: TenantSource, carried: string): string {
     case 'constant':
       return source.value;
     case 'fromHeader':
+    case 'fromClientCert': // the subject in RFC 4514 form, e.g. CN=client-a,O=Acme
       return bounded(carried);
     case 'fromHeaderHash':
       return carried === '' ? '' : hashTenant(carried);

@@ -1,5 +1,6 @@
 import { Pool, type Dispatcher } from 'undici';
 import type { UpstreamConfig } from '../config/types.js';
+import { readUpstreamTls } from '../config/tls-files.js';
 import { TimeoutSignal, UpstreamError } from '../errors.js';
 
 export { TimeoutSignal, UpstreamError };
@@ -17,13 +18,18 @@ const NOT_SENT = new Set([
   'UND_ERR_INVALID_ARG', 'UND_ERR_NOT_SUPPORTED',
 ]);
 const TIMEOUTS = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
+/**
+ * The TLS handshake with the upstream failed (its certificate did not verify,
+ * or it refused ours with an alert): the upstream never read a request.
+ */
+const TLS_HANDSHAKE = /^(ERR_TLS_CERT_ALTNAME_INVALID|UNABLE_TO_|DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN|CERT_|ERR_SSL_.*ALERT_|ERR_SSL_WRONG_VERSION_NUMBER$)/;
 
 export function classify(err: unknown): UpstreamError {
   if (err instanceof UpstreamError) return err;
   const e = err as { code?: string; message?: string; cause?: { code?: string } };
   const code = e?.code ?? e?.cause?.code;
   if (err instanceof TimeoutSignal) return new UpstreamError('timeout', err.message, { cause: err });
-  if (code !== undefined && NOT_SENT.has(code)) return new UpstreamError('not_sent', `upstream unreachable (${code})`, { cause: err });
+  if (code !== undefined && (NOT_SENT.has(code) || TLS_HANDSHAKE.test(code))) return new UpstreamError('not_sent', `upstream unreachable (${code})`, { cause: err });
   if (code !== undefined && TIMEOUTS.has(code)) return new UpstreamError('timeout', `upstream timed out (${code})`, { cause: err });
   return new UpstreamError('reset', `upstream connection failed after the request was sent (${code ?? e?.message ?? 'unknown error'})`, { cause: err });
 }
@@ -43,7 +49,8 @@ export function createUpstream(cfg: UpstreamConfig): Upstream {
     keepAliveTimeout: 4_000,
     headersTimeout: cfg.timeoutMs,
     bodyTimeout: cfg.timeoutMs,
-    connect: { timeout: Math.min(cfg.timeoutMs, 10_000) },
+    // upstream.tls: CA bundle, client certificate, SNI name (docs/configuration.md, Upstream).
+    connect: { timeout: Math.min(cfg.timeoutMs, 10_000), ...(cfg.tls === null ? {} : readUpstreamTls(cfg.tls)) },
   });
   return {
     pool,

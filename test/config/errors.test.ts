@@ -34,8 +34,8 @@ routes:
     'lissten: unknown field (expected one of: listen, admin, adminToken, upstream, store, limits, logLevel, shutdownTimeout, defaults, routes, tracing) (line 2)',
     'store.postgress: unknown field (expected one of: postgres, redis, dataDir, poolSize, migrate, sweepInterval, sweepBatchSize, timeout, preparedStatements) (line 4)',
     'defaults.fingerprint.canonical: unknown field (expected one of: headers, query, json, exclude) (line 6)',
-    'defaults.tenant: must set exactly one of fromHeader, fromHeaderHash, constant (line 7)',
-    'defaults.tenant.extra: unknown field (expected one of: fromHeader, fromHeaderHash, constant) (line 7)',
+    'defaults.tenant: must set exactly one of fromHeader, fromHeaderHash, constant, fromClientCert (line 7)',
+    'defaults.tenant.extra: unknown field (expected one of: fromHeader, fromHeaderHash, constant, fromClientCert) (line 7)',
     'routes[0].match.method: unknown field (expected one of: methods, path) (line 10)',
     'routes[0].ttll: unknown field (expected one of: name, match, keyHeader, key, methods, required, ttl, lease, maxBodyBytes, maxStoredResponseBytes, tenant, fingerprint, releaseOn, mode, mismatchStatus, onInFlight, waitTimeout, onUnknownOutcome, onExpiredLease, onStoreError, storeHeaders, dropHeaders, profile, errorFormat, keyScope, echoKey) (line 11)',
   ]);
@@ -169,6 +169,6 @@ test('admin: true, empty key/tenant mappings and an empty listen are errors', ()
     'admin: must be "host:port", or false to disable the admin listener (line 2)',
     'listen: is empty (is its variable unset?): give "host:port" (line 3)',
     'defaults.key: must set exactly one of fromHeader, fromBody (line 4)',
-    'defaults.tenant: must set exactly one of fromHeader, fromHeaderHash, constant (line 4)',
+    'defaults.tenant: must set exactly one of fromHeader, fromHeaderHash, constant, fromClientCert (line 4)',
   ]);
 });

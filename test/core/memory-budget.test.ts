@@ -67,14 +67,17 @@ describe('memory under hundreds of concurrent multi-megabyte uploads', () => {
     const keys = Array.from({ length: UPLOADS }, (_, i) => `up-${i}`);
     const first = await Promise.all(keys.map((k) => upload(k, body)));
     const refused: string[] = [];
+    let overloaded = 0;
     first.forEach((r, i) => {
       if (r.status === 201) return;
       assert.equal(r.status, 503, `upload ${i}: a 2xx or a 503, got ${r.status}`);
-      assert.equal(r.type, 'urn:idempotency-proxy:problem:overloaded');
+      // overloaded: the budget; store-unavailable: a claim past store.timeout on a machine this busy.
+      assert.ok(r.type === 'urn:idempotency-proxy:problem:overloaded' || r.type === 'urn:idempotency-proxy:problem:store-unavailable', `upload ${i}: ${r.type}`);
       assert.ok(Number(r.retryAfter) >= 1, 'Retry-After');
+      if (r.type === 'urn:idempotency-proxy:problem:overloaded') overloaded++;
       refused.push(keys[i]!);
     });
-    assert.ok(refused.length > 0, `the budget was reached (${UPLOADS} × 6 MiB against 256 MiB)`);
+    assert.ok(overloaded > 0, `the budget was reached (${UPLOADS} × 6 MiB against 256 MiB)`);
     for (const k of refused) assert.equal(byKey.get(k), undefined, `refused ${k} never reached the upstream`);
     // Retried, a few at a time, as clients honouring Retry-After would.
     for (let i = 0; i < refused.length; i += 20) {

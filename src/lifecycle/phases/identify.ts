@@ -33,7 +33,7 @@ export const identifyPhase: Phase = {
     }
     if (isKeyProblem(key)) return plan.strategy.answer(deps, ctx, problem(KEY_PROBLEMS[key.problem], key.detail, 'rejected'), 'rejected');
     ctx.key = key;
-    const tenantId = resolveTenant(plan.policy.tenant, ctx.req.headers);
+    const tenantId = resolveTenant(plan.policy.tenant, ctx.req);
     ctx.tenantId = route.scopePath ? tenantWithPath(tenantId, ctx.path) : tenantId;
     ctx.fingerprint = fingerprint(route.fingerprint, ctx.method, ctx.path, ctx.query, ctx.req.headers, ctx.body, json);
     return NEXT;
