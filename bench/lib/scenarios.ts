@@ -49,6 +49,17 @@ export const SCENARIOS: readonly Scenario[] = [
     keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
     goal: { kind: 'ratio-min', value: 0.5 },
   },
+  // The same routes under profile: stripe (its error shape, headers and rules compiled per route): against newkey and replay-pg.
+  { id: 'newkey-stripe', title: 'proxy, new key per request, profile: stripe', server: 'proxy-pg', path: '/bench/stripe/newkey', connections: 50, keys: unique, goal: null },
+  {
+    id: 'replay-pg-stripe',
+    title: 'proxy, replay from PostgreSQL, profile: stripe',
+    server: 'proxy-pg',
+    path: '/bench/stripe/replay',
+    connections: 50,
+    keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
+    goal: null,
+  },
   // Tracing on (every request sampled, spans exported over OTLP/HTTP to a sink on the server CPU): against newkey and replay-pg.
   { id: 'newkey-traced', title: 'proxy, new key per request, tracing on', server: 'proxy-pg-traced', path: '/bench/newkey', connections: 50, keys: unique, goal: null },
   {
@@ -109,6 +120,7 @@ export const ALIASES: Readonly<Record<string, readonly string[]>> = {
   latency: ['baseline-1c', 'direct-1c', 'newkey-1c', 'replay-pg-1c', 'replay-redis-1c'],
   throughput: ['baseline', 'direct', 'pass', 'newkey', 'replay-pg', 'replay-redis', 'storm', 'embedded', 'pair'],
   tracing: ['baseline', 'newkey', 'newkey-traced', 'replay-pg', 'replay-pg-traced'],
+  profiles: ['baseline', 'newkey', 'newkey-stripe', 'replay-pg', 'replay-pg-stripe'],
 };
 
 export function allNames(): string[] {
