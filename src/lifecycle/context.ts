@@ -28,7 +28,7 @@ export class RequestContext {
   route: CompiledRoute | null = null;
   plan: RoutePlan | null = null;
   outcome: Outcome = 'passthrough';
-  /** Who failed, on a failure (null: derived from the outcome). */
+  /** Who failed, when the outcome does not say it (a fault: its own source); otherwise derived from the outcome at the end. */
   source: ErrorSource | null = null;
   status = 0;
   // identify

@@ -27,7 +27,6 @@ export function passThroughSink(done: (ctx: RequestContext) => void): PassThroug
         ctx.detail = 'the client closed the connection before the response was complete';
       } else if (e !== null) {
         ctx.outcome = 'upstream_error';
-        ctx.source = 'upstream';
         ctx.detail = e.message;
         if (!ctx.res.headersSent) {
           const p = upstreamProblem(e);

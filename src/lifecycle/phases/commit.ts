@@ -29,7 +29,7 @@ export const commitPhase: Phase = {
     const error = ctx.upstreamError;
     if (ctx.released) {
       // A releaseOn answer, relayed after the release: nothing to record.
-      if (error !== null && !recording.started) return upstreamFailed(ctx, error);
+      if (error !== null && !recording.started) return upstreamFailed(error);
       return DONE;
     }
     if (error === null) return commit(deps, ctx, record(ctx, recording), recording.last);
@@ -59,8 +59,7 @@ function record(ctx: RequestContext, recording: Recording): StoredResponse {
   return { status: recording.statusCode, headers: stored, body: recording.body(), bodyRetained: recording.retained, bodySize: recording.size };
 }
 
-function upstreamFailed(ctx: RequestContext, e: UpstreamError): Verdict {
-  ctx.source = 'upstream';
+function upstreamFailed(e: UpstreamError): Verdict {
   // The key was released: the same request may be sent again.
   return problem(upstreamProblem(e), e.message, 'upstream_error', { retryable: true });
 }
@@ -68,7 +67,7 @@ function upstreamFailed(ctx: RequestContext, e: UpstreamError): Verdict {
 async function failedBeforeResponse(deps: LifecycleDeps, ctx: RequestContext, e: UpstreamError): Promise<Verdict> {
   if (e.kind === 'not_sent' || ctx.plan!.policy.onUnknownOutcome === 'release') {
     await release(deps, ctx);
-    return upstreamFailed(ctx, e);
+    return upstreamFailed(e);
   }
   // Sent, outcome unknown, policy store: the answer is bound to the key, so a
   // retry gets the same 502/504 and the operation never runs twice silently.
@@ -103,7 +102,6 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
       if (!outage || performance.now() >= giveUpAt) {
         if (span !== null) endChild(span, err);
         ctx.storeMs += performance.now() - t0;
-        ctx.source = outage ? 'store' : 'internal';
         deps.logger.error({ requestId: ctx.requestId, err: (err as Error).message }, 'commit failed; the client gets no complete response');
         return { kind: 'cut', outcome: outage ? 'store_error' : 'internal_error', detail: `record could not be committed: ${(err as Error).message}` };
       }
@@ -116,7 +114,6 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
   if (!outcome.committed) {
     // Our lease was taken over: the record is someone else's now.
     deps.metrics.leaseLost.inc({ route: claim.route });
-    ctx.source = 'store';
     return { kind: 'cut', outcome: 'store_error', detail: 'lease was taken over before the commit; response withheld' };
   }
   // kept: the upstream settled the row in its own transaction (docs/co-commit.md); that record
