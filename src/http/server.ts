@@ -3,6 +3,7 @@ import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { SecureContextOptions } from 'node:tls';
+import { MAX_HEADER_BYTES } from './framing.js';
 import { attachH2c, attachH2OverTls, type H2Front } from './h2.js';
 import type { Duplex } from 'node:stream';
 import { Problems } from './problems.js';
@@ -87,7 +88,7 @@ function createServer(handler: Handler, t: ServerTimeouts, tls: SecureContextOpt
     // 30 s by default): a slow-loris client would keep its socket up to 30 s
     // past them.
     connectionsCheckingInterval: Math.max(100, Math.min(1000, Math.floor(t.headersTimeoutMs / 4))),
-    maxHeaderSize: 32 * 1024,
+    maxHeaderSize: MAX_HEADER_BYTES,
     // Host is checked with the rest of the framing (src/http/framing.ts), so
     // a missing Host gets a problem+json answer like every other 400.
     requireHostHeader: false,
