@@ -25,6 +25,7 @@ import { InstrumentedKeyStore } from './ops/instrumented-store.js';
 import { createReadiness } from './ops/readiness.js';
 import { planReload } from './ops/reload-plan.js';
 import { tlsReloader } from './ops/tls-reload.js';
+import { tlsRefusals } from './ops/tls-refusals.js';
 import { readListenTls } from './config/tls-files.js';
 import type { LifecycleDeps } from './lifecycle/deps.js';
 import { startKeyCensus } from './admin/census.js';
@@ -139,7 +140,9 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     cleanups.push(() => census.stop());
 
     const listenTls = config.listenTls === null ? null : readListenTls(config.listenTls);
-    const main = await listen(handler, config.listen.host, config.listen.port, opts.serverTimeouts, { tls: listenTls, http2: config.http2 });
+    const main = await listen(handler, config.listen.host, config.listen.port, opts.serverTimeouts, {
+      tls: listenTls, http2: config.http2, ...(listenTls === null ? {} : { onTlsError: tlsRefusals(logger, metrics.tlsRefused).onError }),
+    });
     const certificates = tlsReloader(main, listenTls);
     cleanups.push(() => { if (main.server.listening) main.server.close(); });
     let closing: Promise<void> | null = null;

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
-import type { SecureContextOptions } from 'node:tls';
+import type { SecureContextOptions, TLSSocket } from 'node:tls';
 import { MAX_HEADER_BYTES } from './framing.js';
 import { attachH2c, attachH2OverTls, type H2Front } from './h2.js';
 import type { Duplex } from 'node:stream';
@@ -77,6 +77,8 @@ export interface ListenOptions {
   /** Certificate, key and (for mTLS) the client CA; null or absent: plain TCP. */
   readonly tls?: SecureContextOptions | null;
   readonly http2?: boolean;
+  /** A TLS handshake failed (`tlsClientError`); it must close the socket. Absent: Node closes it, nothing is said. */
+  readonly onTlsError?: (err: NodeJS.ErrnoException, socket: TLSSocket) => void;
 }
 
 function createServer(handler: Handler, t: ServerTimeouts, tls: SecureContextOptions | null | undefined, h2: boolean): http.Server {
@@ -112,6 +114,7 @@ export async function listen(handler: Handler, host: string, port: number, timeo
   const h2 = opts.http2 !== true ? null : tls !== null ? attachH2OverTls(server, handler, t) : attachH2c(server, handler, t);
   server.on('connect', refuseConnect);
   server.on('clientError', refuseUnparsed);
+  if (tls !== null && opts.onTlsError !== undefined) server.on('tlsClientError', opts.onTlsError);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {
