@@ -19,6 +19,7 @@ import { latencyRecorder } from './lib/latency.js';
 import { holdOpenConnections } from './lib/rss-load.js';
 import type { CannonResult, CannonSpec, LatencySummary, LoadGenerator, LoadSpec } from './lib/types.js';
 import { chooseGenerator, runWrk } from './lib/wrk.js';
+import { H2_KEY_HEADER_VALUE, keyedPath, runH2load } from './lib/h2load.js';
 
 const WARM_CONCURRENCY = 50;
 
@@ -31,7 +32,10 @@ async function upstreamCount(statsUrl: string | null): Promise<number | null> {
 
 /** Sends every key of a fixed plan `passes` times, so the measured run only replays. */
 async function warmKeys(spec: CannonSpec, keys: readonly string[], passes: number): Promise<CannonResult['warm']> {
-  const pool = new Pool(spec.origin, { connections: WARM_CONCURRENCY });
+  // The run's certificate is self-signed (lib/certificate.ts): not verified here, as wrk and h2load never do.
+  const pool = new Pool(spec.origin, { connections: WARM_CONCURRENCY, connect: { rejectUnauthorized: false } });
+  // Over HTTP/2 the key is in the path (lib/h2load.ts); warmed over HTTP/1.1 on the same TLS listener, same record.
+  const inPath = spec.protocol === 'h2';
   const status: Record<string, number> = {};
   let errors = 0;
   try {
@@ -40,8 +44,8 @@ async function warmKeys(spec: CannonSpec, keys: readonly string[], passes: numbe
         const batch = keys.slice(i, i + WARM_CONCURRENCY).map(async (key) => {
           const res = await pool.request({
             method: 'POST',
-            path: spec.path,
-            headers: { 'content-type': 'application/json', 'idempotency-key': key },
+            path: inPath ? keyedPath(spec.path, key) : spec.path,
+            headers: { 'content-type': 'application/json', 'idempotency-key': inPath ? H2_KEY_HEADER_VALUE : key },
             body: spec.body,
           });
           await res.body.dump();
@@ -72,6 +76,10 @@ interface LoadRun {
 /** One run of the chosen generator; `keyPrefix` as keySequence() takes it. */
 async function loadRun(generator: LoadGenerator, spec: CannonSpec, durationS: number, keyPrefix: string): Promise<LoadRun> {
   const base = { origin: spec.origin, path: spec.path, connections: spec.connections, body: spec.body, durationS };
+  if (spec.protocol === 'h2') {
+    const h2 = spec.h2 ?? { connections: spec.connections, streams: 1 };
+    return runH2load({ ...base, ...h2, keys: spec.keys, keyPrefix });
+  }
   if (generator === 'wrk') return runWrk({ ...base, keys: spec.keys, keyPrefix });
   const latency = latencyRecorder();
   const run = await runCannon({ ...base, nextKey: keySequence(spec.keys, keyPrefix), latency });
@@ -81,6 +89,7 @@ async function loadRun(generator: LoadGenerator, spec: CannonSpec, durationS: nu
 }
 
 function generatorFor(spec: CannonSpec): LoadGenerator {
+  if (spec.protocol === 'h2') return 'h2load';
   if (spec.generator !== undefined) return spec.generator;
   const { generator, note } = chooseGenerator(process.env);
   if (note !== null) process.stderr.write(`load: ${note}\n`);
@@ -89,6 +98,8 @@ function generatorFor(spec: CannonSpec): LoadGenerator {
 
 async function cannon(spec: CannonSpec): Promise<CannonResult> {
   const generator = generatorFor(spec);
+  // autocannon over TLS: the run's self-signed certificate is not verified (lib/certificate.ts).
+  if (generator === 'autocannon' && spec.origin.startsWith('https:')) process.env['NODE_TLS_REJECT_UNAUTHORIZED'] = '0';
   const fixed = spec.keys.kind === 'fixed' ? `${spec.keyPrefix}-k` : null;
   const warm = spec.keys.kind === 'fixed' ? await warmKeys(spec, fixedKeys(spec.keys.count, fixed ?? ''), spec.keys.warmPasses) : null;
   if (spec.warmupS > 0) await loadRun(generator, spec, spec.warmupS, fixed ?? `${spec.keyPrefix}-w`);

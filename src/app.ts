@@ -25,6 +25,7 @@ import { InstrumentedKeyStore } from './ops/instrumented-store.js';
 import { createReadiness } from './ops/readiness.js';
 import { planReload } from './ops/reload-plan.js';
 import { tlsReloader } from './ops/tls-reload.js';
+import { tlsRefusals } from './ops/tls-refusals.js';
 import { readListenTls } from './config/tls-files.js';
 import type { LifecycleDeps } from './lifecycle/deps.js';
 import { startKeyCensus } from './admin/census.js';
@@ -139,8 +140,10 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     cleanups.push(() => census.stop());
 
     const listenTls = config.listenTls === null ? null : readListenTls(config.listenTls);
-    const main = await listen(handler, config.listen.host, config.listen.port, opts.serverTimeouts, { tls: listenTls, http2: config.http2 });
-    const certificates = tlsReloader(main, listenTls);
+    const main = await listen(handler, config.listen.host, config.listen.port, opts.serverTimeouts, {
+      tls: listenTls, http2: config.http2, ...(listenTls === null ? {} : { onTlsError: tlsRefusals(logger, metrics.tlsRefused).onError }),
+    });
+    const certificates = tlsReloader(readListenTls, (m) => main.setSecureContext(m), listenTls);
     cleanups.push(() => { if (main.server.listening) main.server.close(); });
     let closing: Promise<void> | null = null;
     let admin: Listener | null = null;
@@ -190,10 +193,11 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
         const nextRouter = new Router(plan.config);
         // Certificates last of what can fail: a rejected reload changes nothing.
         const tlsChanged = certificates.reload(plan.config.listenTls);
+        const upstreamTlsChanged = upstream.tls.reload(plan.config.upstream.tls);
         live = { config: plan.config, plans: new Plans(nextRouter, { cache: hasCache }) };
         if (opts.logger === undefined && logger.level !== plan.config.logLevel) logger.level = plan.config.logLevel;
         if (plan.changed.includes('routes')) warnTradeOffs(plan.config, logger);
-        const changed = tlsChanged ? [...plan.changed, 'listen.tls'] : plan.changed;
+        const changed = [...plan.changed, ...(tlsChanged ? ['listen.tls'] : []), ...(upstreamTlsChanged ? ['upstream.tls'] : [])];
         return { routes: nextRouter.routes.map((r) => r.name), changed, restartNeeded: plan.restartNeeded };
       },
     };

@@ -8,6 +8,9 @@ export interface ServerArgs {
   readonly port: number;
   readonly upstream: string | null;
   readonly connections: number;
+  /** The baseline over TLS: certificate and key files (PEM); with `http2`, HTTP/2 over TLS. */
+  readonly tls: { readonly cert: string; readonly key: string } | null;
+  readonly http2: boolean;
 }
 
 export function parseServerArgs(argv: readonly string[]): ServerArgs {
@@ -18,6 +21,9 @@ export function parseServerArgs(argv: readonly string[]): ServerArgs {
       port: { type: 'string', default: '0' },
       upstream: { type: 'string' },
       connections: { type: 'string', default: '128' },
+      'tls-cert': { type: 'string' },
+      'tls-key': { type: 'string' },
+      http2: { type: 'boolean', default: false },
     },
     strict: true,
   });
@@ -25,7 +31,12 @@ export function parseServerArgs(argv: readonly string[]): ServerArgs {
   const connections = Number(values.connections);
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port: not a port: ${values.port}`);
   if (!Number.isInteger(connections) || connections < 1) throw new Error(`--connections: not a positive integer: ${values.connections}`);
-  return { host: values.host ?? '127.0.0.1', port, upstream: values.upstream ?? null, connections };
+  const cert = values['tls-cert'];
+  const key = values['tls-key'];
+  if ((cert === undefined) !== (key === undefined)) throw new Error('--tls-cert and --tls-key go together');
+  if (values.http2 === true && cert === undefined) throw new Error('--http2 needs --tls-cert and --tls-key (HTTP/2 over TLS)');
+  const tls = cert !== undefined && key !== undefined ? { cert, key } : null;
+  return { host: values.host ?? '127.0.0.1', port, upstream: values.upstream ?? null, connections, tls, http2: values.http2 === true };
 }
 
 /** True when `moduleUrl` is the file node was started with. */

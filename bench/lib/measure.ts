@@ -7,7 +7,7 @@
 import type { ServerHandle } from './children.js';
 import { REQUEST_BODY, type BenchContext } from './context.js';
 import type { Plan } from './plan.js';
-import type { ServerId } from './scenarios.js';
+import { H2_CONNECTIONS, H2_STREAMS, type ServerId } from './scenarios.js';
 import type { RunRecord } from './summary.js';
 
 export async function runRepetitions(
@@ -35,6 +35,8 @@ export async function runRepetitions(
           mode: 'cannon',
           origin: server.url,
           path: s.path,
+          ...(s.protocol === undefined ? {} : { protocol: s.protocol }),
+          ...(s.protocol === 'h2' ? { h2: { connections: H2_CONNECTIONS, streams: H2_STREAMS } } : {}),
           connections: s.connections,
           durationS: priming ? ctx.opts.primeS : ctx.opts.durationS,
           warmupS: priming ? 0 : ctx.opts.warmupS,

@@ -4,7 +4,7 @@
 // between two baseline runs and is compared with their mean (bench/README.md,
 // Method: baseline, product, baseline, product…).
 import { wants, type RunOptions } from './options.js';
-import { BASELINE, BASELINE_1C, SCENARIOS, type Scenario, type ServerId } from './scenarios.js';
+import { BASELINES, SCENARIOS, baselineOf, type Scenario, type ServerId } from './scenarios.js';
 
 export interface Step {
   readonly scenario: Scenario;
@@ -27,11 +27,12 @@ function interleave(baseline: Scenario, products: readonly Scenario[], withBasel
 
 export function makePlan(opts: RunOptions): Plan {
   const chosen = SCENARIOS.filter((s) => wants(opts, s.id));
-  const many = chosen.filter((s) => s.connections > 1);
-  const one = chosen.filter((s) => s.connections === 1);
-  const base50 = wants(opts, BASELINE.id) || many.length > 0;
-  const base1 = wants(opts, BASELINE_1C.id) || one.length > 0;
-  const order = [...interleave(BASELINE, many, base50), ...interleave(BASELINE_1C, one, base1)];
+  // One group per baseline (plain at 50 connections, over TLS, over HTTP/2, plain at 1), in that order.
+  const groups = BASELINES.map((baseline) => {
+    const products = chosen.filter((s) => baselineOf(s).id === baseline.id);
+    return { baseline, products, run: wants(opts, baseline.id) || products.length > 0 };
+  });
+  const order = groups.flatMap((g) => interleave(g.baseline, g.products, g.run));
   const steps = order.map((scenario, seq) => ({ scenario, seq }));
 
   const rss = wants(opts, 'rss');
@@ -39,6 +40,6 @@ export function makePlan(opts: RunOptions): Plan {
   const pair = wants(opts, 'pair');
   const servers = new Set<ServerId>(steps.map((s) => s.scenario.server));
   servers.add('upstream');
-  const scenarios = [...(base50 ? [BASELINE] : []), ...many, ...(base1 ? [BASELINE_1C] : []), ...one];
+  const scenarios = groups.flatMap((g) => (g.run ? [g.baseline, ...g.products] : []));
   return { steps, scenarios, servers, rss, claim, pair };
 }

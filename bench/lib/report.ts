@@ -115,9 +115,15 @@ export function latencyNote(rows: readonly SummaryRow[]): string[] {
   return ['', `At 1 connection the bare baseline's own p50 was ${ms(base)} ms in this run; on the anchor machine (bench/README.md) it was ${ANCHOR_BASELINE_1C_P50_MS} ms. Scaled alike (rough: an fsync does not scale with the CPU): ${parts.join('; ')}.`];
 }
 
+/** The TLS and HTTP/2 rows' ratios are to their own baselines (lib/scenarios.ts, BASELINES). */
+function protocolNote(rows: readonly SummaryRow[]): string[] {
+  if (!rows.some((r) => r.id === 'baseline-tls' || r.id === 'baseline-h2')) return [];
+  return ['', 'Rows over TLS and over HTTP/2: × baseline is to the baseline over the same protocol (node:https or node:http2 + undici, the same certificate), run before and after each of them; the HTTP/2 rows\' 50 are streams in flight, 5 connections × 10 (lib/h2load.ts).'];
+}
+
 export function renderReport(input: ReportInput): string {
   const lines = [input.header];
-  if (input.rows.length > 0) lines.push('', ...scenarioTable(input.rows), ...latencyNote(input.rows));
+  if (input.rows.length > 0) lines.push('', ...scenarioTable(input.rows), ...latencyNote(input.rows), ...protocolNote(input.rows));
   if (input.skipped.length > 0) lines.push('', ...input.skipped.map((s) => `- not run: ${s}`));
   lines.push(...pairTable(input.pair), ...rssTable(input.rss), ...claimTable(input.claim));
   const mem = Object.entries(input.memory).filter(([, m]) => m !== null);

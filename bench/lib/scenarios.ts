@@ -1,8 +1,11 @@
 // The benchmark's scenarios, in the order one repetition runs them,
 // and the targets (bench/README.md) they are judged against.
-import type { KeyPlan } from './types.js';
+import type { KeyPlan, Protocol } from './types.js';
 
-export type ServerId = 'upstream' | 'otlp-sink' | 'baseline' | 'proxy-pg' | 'proxy-pg-traced' | 'proxy-redis' | 'proxy-embedded';
+export type ServerId =
+  | 'upstream' | 'otlp-sink' | 'baseline' | 'baseline-tls' | 'baseline-h2'
+  | 'proxy-pg' | 'proxy-pg-tls' | 'proxy-pg-traced' | 'proxy-redis' | 'proxy-embedded';
+
 
 export type Goal =
   | { readonly kind: 'ratio-min'; readonly value: number } // req/s ≥ value × baseline (same run)
@@ -16,6 +19,10 @@ export interface Scenario {
   readonly connections: number;
   readonly keys: KeyPlan;
   readonly goal: Goal | null;
+  /** The baseline this scenario's ratio is taken against (same protocol, same run); absent: the plain one at its connection count. */
+  readonly baseline?: string;
+  /** Absent: 'http'. */
+  readonly protocol?: Protocol;
 }
 
 export const REPLAY_KEYS = 1000;
@@ -34,6 +41,30 @@ export const BASELINE: Scenario = {
 };
 
 export const BASELINE_1C: Scenario = { ...BASELINE, id: 'baseline-1c', connections: 1 };
+
+/** The baseline over TLS (node:https + undici, the run's certificate): what the TLS rows are compared with. */
+export const BASELINE_TLS: Scenario = { ...BASELINE, id: 'baseline-tls', title: 'baseline pass-through over TLS (node:https + undici)', server: 'baseline-tls', protocol: 'https' };
+
+/**
+ * HTTP/2 over TLS (ALPN h2, what load balancers speak to backends), 50
+ * streams in flight as H2_CONNECTIONS connections × H2_STREAMS streams
+ * (lib/h2load.ts); the baseline is node:http2 + undici.
+ */
+export const H2_CONNECTIONS = 5;
+export const H2_STREAMS = 10;
+export const BASELINE_H2: Scenario = {
+  ...BASELINE, id: 'baseline-h2', title: `baseline pass-through over HTTP/2 (node:http2 + undici, ${H2_CONNECTIONS} conns × ${H2_STREAMS} streams)`,
+  server: 'baseline-h2', path: '/bench/h2/newkey', protocol: 'h2',
+};
+
+/** Every baseline, in run order; each runs before and after every product scenario compared with it. */
+export const BASELINES: readonly Scenario[] = [BASELINE, BASELINE_TLS, BASELINE_H2, BASELINE_1C];
+
+/** The baseline a product scenario is compared with. */
+export function baselineOf(s: Scenario): Scenario {
+  const id = s.baseline ?? (s.connections === 1 ? BASELINE_1C.id : BASELINE.id);
+  return BASELINES.find((b) => b.id === id)!;
+}
 
 /** Product scenarios, in run order; every one is compared with the baseline at its connection count. */
 export const SCENARIOS: readonly Scenario[] = [
@@ -89,6 +120,31 @@ export const SCENARIOS: readonly Scenario[] = [
     keys: { kind: 'storm', dupes: STORM_DUPES },
     goal: null,
   },
+  // Over TLS (wrk, HTTP/1.1) and over HTTP/2 (h2load, ALPN h2): one proxy with listen.tls and listen.http2, each row against the baseline over the same protocol.
+  { id: 'newkey-tls', title: 'proxy over TLS, new key per request (PostgreSQL)', server: 'proxy-pg-tls', path: '/bench/newkey', connections: 50, keys: unique, goal: { kind: 'ratio-min', value: 0.38 }, baseline: BASELINE_TLS.id, protocol: 'https' },
+  {
+    id: 'replay-pg-tls',
+    title: 'proxy over TLS, replay from PostgreSQL',
+    server: 'proxy-pg-tls',
+    path: '/bench/replay',
+    connections: 50,
+    keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
+    goal: { kind: 'ratio-min', value: 0.5 },
+    baseline: BASELINE_TLS.id,
+    protocol: 'https',
+  },
+  { id: 'newkey-h2', title: 'proxy over HTTP/2, new key per request (PostgreSQL)', server: 'proxy-pg-tls', path: '/bench/h2/newkey', connections: 50, keys: unique, goal: { kind: 'ratio-min', value: 0.38 }, baseline: BASELINE_H2.id, protocol: 'h2' },
+  {
+    id: 'replay-pg-h2',
+    title: 'proxy over HTTP/2, replay from PostgreSQL',
+    server: 'proxy-pg-tls',
+    path: '/bench/h2/replay',
+    connections: 50,
+    keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
+    goal: { kind: 'ratio-min', value: 0.5 },
+    baseline: BASELINE_H2.id,
+    protocol: 'h2',
+  },
   { id: 'embedded', title: 'proxy, embedded store (PGlite)', server: 'proxy-embedded', path: '/bench/newkey', connections: 50, keys: unique, goal: null },
   { id: 'direct-1c', title: 'direct upstream', server: 'upstream', path: '/bench/newkey', connections: 1, keys: unique, goal: null },
   { id: 'newkey-1c', title: 'proxy, new key (PostgreSQL)', server: 'proxy-pg', path: '/bench/newkey', connections: 1, keys: unique, goal: { kind: 'p50-max', ms: 2.2 } },
@@ -121,10 +177,11 @@ export const ALIASES: Readonly<Record<string, readonly string[]>> = {
   throughput: ['baseline', 'direct', 'pass', 'newkey', 'replay-pg', 'replay-redis', 'storm', 'embedded', 'pair'],
   tracing: ['baseline', 'newkey', 'newkey-traced', 'replay-pg', 'replay-pg-traced'],
   profiles: ['baseline', 'newkey', 'newkey-stripe', 'replay-pg', 'replay-pg-stripe'],
+  tls: ['baseline-tls', 'newkey-tls', 'replay-pg-tls', 'baseline-h2', 'newkey-h2', 'replay-pg-h2'],
 };
 
 export function allNames(): string[] {
-  return [BASELINE.id, BASELINE_1C.id, ...SCENARIOS.map((s) => s.id), ...EXTRAS];
+  return [...BASELINES.map((b) => b.id), ...SCENARIOS.map((s) => s.id), ...EXTRAS];
 }
 
 export function goalText(goal: Goal | null): string {

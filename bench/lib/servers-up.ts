@@ -7,6 +7,8 @@ import { commitLatency, recreateDatabase } from './pg.js';
 import type { Plan } from './plan.js';
 import type { ServerId } from './scenarios.js';
 import { startBaseline, startProxy, startUpstream } from './servers.js';
+import { makeCertificate, type BenchCertificate } from './certificate.js';
+import { ensureH2load } from './h2load.js';
 
 export interface Fleet {
   readonly servers: Map<ServerId, ServerHandle>;
@@ -28,11 +30,35 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
     servers.set('baseline', baseline);
     ctx.log(`baseline ${baseline.url} (pid ${baseline.pid})`);
   }
+  // The TLS and HTTP/2 rows: one certificate for the run, shared by their baselines and their proxy.
+  let cert: BenchCertificate | null = null;
+  let tlsError: string | null = null;
+  const tlsServers: ServerId[] = ['baseline-tls', 'baseline-h2', 'proxy-pg-tls'];
+  if (tlsServers.some((id) => plan.servers.has(id))) {
+    try {
+      cert = makeCertificate(ctx.tmp);
+      ctx.log(`TLS: ${cert.description} (${cert.cert})`);
+      if (plan.scenarios.some((s) => s.protocol === 'h2')) ensureH2load(ctx.log);
+    } catch (err) {
+      tlsError = message(err);
+      ctx.log(tlsError);
+    }
+  }
+  for (const [id, http2] of [['baseline-tls', false], ['baseline-h2', true]] as const) {
+    if (!plan.servers.has(id)) continue;
+    if (cert === null || (http2 && tlsError !== null)) {
+      unavailable.set(id, tlsError ?? 'no certificate');
+      continue;
+    }
+    const b = await startBaseline(ctx, upstream.url, id, { cert, http2 });
+    servers.set(id, b);
+    ctx.log(`${id} ${b.url} (pid ${b.pid})`);
+  }
 
   let databaseUrl: string | null = null;
   let dbError: string | null = null;
   let commitProbe: Fleet['commitProbe'] = null;
-  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-pg-traced') || plan.servers.has('proxy-redis') || plan.rss || plan.pair) {
+  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-pg-tls') || plan.servers.has('proxy-pg-traced') || plan.servers.has('proxy-redis') || plan.rss || plan.pair) {
     try {
       databaseUrl = await recreateDatabase(ctx.opts.adminUrl, ctx.opts.dbName);
       ctx.log(`database ${ctx.opts.dbName} created fresh`);
@@ -60,6 +86,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
   }
   const proxies: [ServerId, string | null, string | null][] = [
     ['proxy-pg', databaseUrl, null],
+    ['proxy-pg-tls', databaseUrl, null],
     ['proxy-pg-traced', databaseUrl, null],
     ['proxy-redis', databaseUrl, ctx.opts.redisUrl],
     ['proxy-embedded', null, null],
@@ -70,9 +97,16 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
       unavailable.set(id, dbError ?? 'no database');
       continue;
     }
+    if (id === 'proxy-pg-tls' && cert === null) {
+      unavailable.set(id, tlsError ?? 'no certificate');
+      continue;
+    }
     try {
       const started = Date.now();
-      const p = await startProxy(ctx, { name: id, upstream: upstream.url, databaseUrl: db, redisUrl: redis, ...(id === 'proxy-pg-traced' ? { env: otel } : {}) });
+      const p = await startProxy(ctx, {
+        name: id, upstream: upstream.url, databaseUrl: db, redisUrl: redis,
+        ...(id === 'proxy-pg-traced' ? { env: otel } : {}), ...(id === 'proxy-pg-tls' && cert !== null ? { tls: cert } : {}),
+      });
       servers.set(id, p);
       ctx.log(`${id} ${p.url} (pid ${p.pid}, ready in ${((Date.now() - started) / 1000).toFixed(1)} s)`);
     } catch (err) {

@@ -2,9 +2,10 @@
 // upstream, the baseline, and the proxy through its own CLI, exactly as the
 // Docker image starts it (node's options from src/node-flags.ts, which the
 // baseline gets as well).
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parse } from 'yaml';
+import { parse, stringify } from 'yaml';
+import type { BenchCertificate } from './certificate.js';
 import { NODE_FLAGS } from '../../src/node-flags.js';
 import type { ServerHandle } from './children.js';
 import type { BenchContext } from './context.js';
@@ -51,9 +52,11 @@ export function startUpstream(ctx: BenchContext, name = 'upstream'): Promise<Ser
   });
 }
 
-export function startBaseline(ctx: BenchContext, upstream: string, name = 'baseline'): Promise<ServerHandle> {
+/** `tls`: the baseline terminates TLS with the run's certificate; `http2` as well: HTTP/2 over TLS. */
+export function startBaseline(ctx: BenchContext, upstream: string, name = 'baseline', tls: { cert: BenchCertificate; http2: boolean } | null = null): Promise<ServerHandle> {
   const script = join(ctx.distRoot, 'bench', 'baseline.js');
   const args = ['--port', '0', '--upstream', upstream, '--connections', String(proxyPoolSize(ctx))];
+  if (tls !== null) args.push('--tls-cert', tls.cert.cert, '--tls-key', tls.cert.key, ...(tls.http2 ? ['--http2'] : []));
   return ctx.children.start({
     name,
     // The proxy's node options too (src/node-flags.ts): both are measured with the same runtime.
@@ -73,10 +76,21 @@ export interface ProxyOptions {
   readonly redisUrl: string | null;
   /** Extra environment (the traced proxy's OTEL_* variables). */
   readonly env?: NodeJS.ProcessEnv;
+  /** TLS and HTTP/2 on the listener with this certificate (bench/proxy.yaml with listen.tls and listen.http2 added). */
+  readonly tls?: BenchCertificate;
+}
+
+/** bench/proxy.yaml as it is, with `listen: { address, tls, http2: true }`: one file of routes for every proxy of the run. */
+function tlsConfig(ctx: BenchContext, cert: BenchCertificate): string {
+  const doc = parse(readFileSync(join(ctx.projectRoot, 'bench', 'proxy.yaml'), 'utf8')) as Record<string, unknown>;
+  doc['listen'] = { address: '127.0.0.1:0', tls: { cert: cert.cert, key: cert.key }, http2: true };
+  const file = join(ctx.tmp, 'proxy-tls.yaml');
+  writeFileSync(file, stringify(doc));
+  return file;
 }
 
 export function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHandle> {
-  const config = join(ctx.projectRoot, 'bench', p.databaseUrl === null ? 'proxy-embedded.yaml' : 'proxy.yaml');
+  const config = p.tls !== undefined ? tlsConfig(ctx, p.tls) : join(ctx.projectRoot, 'bench', p.databaseUrl === null ? 'proxy-embedded.yaml' : 'proxy.yaml');
   const args = ['serve', '--config', config, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'];
   if (p.databaseUrl !== null) args.push('--database-url', p.databaseUrl);
   if (p.redisUrl !== null) args.push('--redis-url', p.redisUrl);

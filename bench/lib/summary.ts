@@ -1,7 +1,7 @@
 // From the raw runs to one row per scenario: medians over repetitions, and the
 // ratio to the baseline runs on either side of each product run (median of
 // those per-run ratios), judged against the scenario's goal.
-import { BASELINE, BASELINE_1C, type Goal, type Scenario } from './scenarios.js';
+import { BASELINES, baselineOf, type Goal, type Scenario } from './scenarios.js';
 import type { CannonResult } from './types.js';
 
 export interface RunRecord {
@@ -42,9 +42,8 @@ function ok(runs: readonly RunRecord[], id: string): (RunRecord & { result: Cann
   return runs.filter((r): r is RunRecord & { result: CannonResult } => r.scenario === id && r.result !== null);
 }
 
-/** The baseline's req/s around one product run: the mean of the baseline runs just before and just after it. */
-function baselineRps(runs: readonly RunRecord[], product: RunRecord): number | null {
-  const id = product.connections === 1 ? BASELINE_1C.id : BASELINE.id;
+/** The baseline's req/s around one product run: the mean of the runs of its baseline just before and just after it. */
+function baselineRps(runs: readonly RunRecord[], id: string, product: RunRecord): number | null {
   const vals = ok(runs, id)
     .filter((r) => r.rep === product.rep && Math.abs(r.seq - product.seq) === 1)
     .map((r) => r.result.rps);
@@ -60,11 +59,12 @@ function judge(goal: Goal | null, ratio: number | null, p50: number | null): boo
 export function summarize(scenario: Scenario, runs: readonly RunRecord[]): SummaryRow {
   const good = ok(runs, scenario.id);
   const failed = runs.filter((r) => r.scenario === scenario.id && r.error !== null);
-  const isBaseline = scenario.id === BASELINE.id || scenario.id === BASELINE_1C.id;
+  const isBaseline = BASELINES.some((b) => b.id === scenario.id);
+  const baselineId = baselineOf(scenario).id;
   const ratios: number[] = [];
   if (!isBaseline) {
     for (const r of good) {
-      const base = baselineRps(runs, r);
+      const base = baselineRps(runs, baselineId, r);
       if (base !== null && base > 0) ratios.push(r.result.rps / base);
     }
   }

@@ -8,14 +8,26 @@ export type KeyPlan =
   | { readonly kind: 'fixed'; readonly count: number; readonly warmPasses: number } // replays of warmed keys
   | { readonly kind: 'storm'; readonly dupes: number }; // `dupes` consecutive requests share a key
 
+/**
+ * How the load reaches the server: HTTP/1.1 in clear text or over TLS (wrk),
+ * or HTTP/2 over TLS (h2load, lib/h2load.ts). h2load sends one fixed header
+ * set, so an h2 scenario carries its key in the path (`<path>/<key>`, on a
+ * route with keyScope: tenantAndPath, bench/proxy.yaml) under a constant
+ * Idempotency-Key.
+ */
+export type Protocol = 'http' | 'https' | 'h2';
+
 /** The program that generates the load (BENCH_LOAD; see lib/wrk.ts). */
-export type LoadGenerator = 'wrk' | 'autocannon';
+export type LoadGenerator = 'wrk' | 'autocannon' | 'h2load'; // h2load: HTTP/2 only, whatever BENCH_LOAD says
 
 export interface CannonSpec {
   readonly mode: 'cannon';
   readonly generator?: LoadGenerator; // absent: load.ts chooses from BENCH_LOAD / PATH
-  readonly origin: string; // http://127.0.0.1:NNNN
+  readonly origin: string; // http://127.0.0.1:NNNN, https:// for 'https' and 'h2'
   readonly path: string;
+  readonly protocol?: Protocol; // absent: 'http'; 'h2' always runs h2load, whatever `generator` says
+  /** 'h2': connections × streams in flight (h2load -c1 -m<streams> per connection); `connections` is their product. */
+  readonly h2?: { readonly connections: number; readonly streams: number };
   readonly connections: number;
   readonly durationS: number;
   readonly warmupS: number;

@@ -6,7 +6,7 @@
 
 import { readFileSync } from 'node:fs';
 import { X509Certificate } from 'node:crypto';
-import { createSecureContext, type SecureContextOptions } from 'node:tls';
+import { createSecureContext } from 'node:tls';
 import type { ListenTls, UpstreamTls } from './types.js';
 
 /** A TLS file that cannot be used; `field` is the YAML path, e.g. `listen.tls.cert`. */
@@ -52,8 +52,8 @@ function checkPair(base: string, cert: Buffer, key: Buffer): void {
   }
 }
 
-/** The listener's secure-context options, read from disk now (start-up and every SIGHUP). */
-export function readListenTls(tls: ListenTls): SecureContextOptions {
+/** The listener's secure-context options (SecureContextOptions), read from disk now (start-up and every SIGHUP). */
+export function readListenTls(tls: ListenTls): { cert: Buffer; key: Buffer; ca?: Buffer } {
   const cert = readPem('listen.tls.cert', tls.cert);
   const key = readPem('listen.tls.key', tls.key);
   checkCertificates('listen.tls.cert', tls.cert, cert);

@@ -15,16 +15,33 @@ export interface FramingProblem {
 
 const DOT_SEGMENT = /(^|\/)\.\.?(\/|$)/;
 
+/**
+ * The request headers the proxy accepts, in bytes: HTTP/1.1's header section
+ * (Node's parser answers 431 beyond it, src/http/server.ts) and an HTTP/2
+ * header list as RFC 9113 §6.5.2 counts it (each field's name and value plus
+ * 32), answered 431 here. HTTP/2 sessions advertise twice as much
+ * (src/http/h2.ts), so a client that heeds SETTINGS_MAX_HEADER_LIST_SIZE
+ * sends what is between the two and gets the problem, not a reset stream.
+ */
+export const MAX_HEADER_BYTES = 32 * 1024;
+
 function bad(detail: string): FramingProblem {
   return { problem: Problems.badRequest, status: 400, detail };
 }
 
 export function checkFraming(req: IncomingMessage): FramingProblem | null {
   const raw = req.rawHeaders;
+  const h2 = req.httpVersionMajor === 2;
   let hosts = 0;
+  let listBytes = 0;
   for (let i = 0; i < raw.length; i += 2) {
     const n = raw[i]!;
     if (n.length === 4 && n.toLowerCase() === 'host') hosts++;
+    // Field names and values are latin1 strings here: one character, one octet.
+    if (h2) listBytes += n.length + raw[i + 1]!.length + 32;
+  }
+  if (listBytes > MAX_HEADER_BYTES) {
+    return { problem: Problems.headersTooLarge, status: 431, detail: `the request header list (${listBytes} bytes as HTTP/2 counts it) is larger than the proxy accepts (${MAX_HEADER_BYTES})` };
   }
   // RFC 9112 §3.2: exactly one Host line (HTTP/1.0 may leave it out).
   if (hosts > 1) return bad('the request has more than one Host header line');

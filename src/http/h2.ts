@@ -2,6 +2,7 @@ import http2 from 'node:http2';
 import type http from 'node:http';
 import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
+import { MAX_HEADER_BYTES } from './framing.js';
 import type { Handler, ServerTimeouts } from './server.js';
 
 // HTTP/2 beside HTTP/1.1 on one port (docs/configuration.md, Listener). The
@@ -12,6 +13,15 @@ import type { Handler, ServerTimeouts } from './server.js';
 // compatibility API, made to look like an HTTP/1.1 request first (adapt).
 
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
+
+/**
+ * The header list a session advertises and nghttp2 enforces (a reset stream
+ * beyond it): twice what the proxy accepts, so a list between the two
+ * reaches the framing phase and gets its 431 problem (src/http/framing.ts).
+ * Pairs: as many as fit in it at 32 bytes each, so the size decides, not the count.
+ */
+const H2_HEADER_LIST_BYTES = 2 * MAX_HEADER_BYTES;
+const H2_HEADER_PAIRS = H2_HEADER_LIST_BYTES / 32;
 
 export interface H2Front {
   /** The open sessions. */
@@ -61,8 +71,8 @@ function createH2Server(handler: Handler, t: ServerTimeouts): { server: http2.Ht
   const sessions = new Set<http2.ServerHttp2Session>();
   let draining = false;
   const server = http2.createServer({
-    settings: { maxConcurrentStreams: 256, maxHeaderListSize: 32 * 1024 },
-    maxHeaderListPairs: 256,
+    settings: { maxConcurrentStreams: 256, maxHeaderListSize: H2_HEADER_LIST_BYTES },
+    maxHeaderListPairs: H2_HEADER_PAIRS,
   }, (req, res) => {
     adapt(req, res);
     handler(req as unknown as http.IncomingMessage, res as unknown as http.ServerResponse);

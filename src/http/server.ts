@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
-import type { SecureContextOptions } from 'node:tls';
+import type { SecureContextOptions, TLSSocket } from 'node:tls';
+import { MAX_HEADER_BYTES } from './framing.js';
 import { attachH2c, attachH2OverTls, type H2Front } from './h2.js';
 import type { Duplex } from 'node:stream';
 import { Problems } from './problems.js';
@@ -76,6 +77,8 @@ export interface ListenOptions {
   /** Certificate, key and (for mTLS) the client CA; null or absent: plain TCP. */
   readonly tls?: SecureContextOptions | null;
   readonly http2?: boolean;
+  /** A TLS handshake failed (`tlsClientError`); it must close the socket. Absent: Node closes it, nothing is said. */
+  readonly onTlsError?: (err: NodeJS.ErrnoException, socket: TLSSocket) => void;
 }
 
 function createServer(handler: Handler, t: ServerTimeouts, tls: SecureContextOptions | null | undefined, h2: boolean): http.Server {
@@ -87,7 +90,7 @@ function createServer(handler: Handler, t: ServerTimeouts, tls: SecureContextOpt
     // 30 s by default): a slow-loris client would keep its socket up to 30 s
     // past them.
     connectionsCheckingInterval: Math.max(100, Math.min(1000, Math.floor(t.headersTimeoutMs / 4))),
-    maxHeaderSize: 32 * 1024,
+    maxHeaderSize: MAX_HEADER_BYTES,
     // Host is checked with the rest of the framing (src/http/framing.ts), so
     // a missing Host gets a problem+json answer like every other 400.
     requireHostHeader: false,
@@ -111,6 +114,7 @@ export async function listen(handler: Handler, host: string, port: number, timeo
   const h2 = opts.http2 !== true ? null : tls !== null ? attachH2OverTls(server, handler, t) : attachH2c(server, handler, t);
   server.on('connect', refuseConnect);
   server.on('clientError', refuseUnparsed);
+  if (tls !== null && opts.onTlsError !== undefined) server.on('tlsClientError', opts.onTlsError);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => {

@@ -32,6 +32,8 @@ export interface Metrics {
   readonly probes: FastCounter<'route' | 'result'>;
   readonly failures: FastCounter<'route' | 'phase' | 'source'>;
   readonly batchSize: FastHistogram<'statement'>;
+  /** TLS handshakes the listener refused, by reason (src/ops/tls-refusals.ts). */
+  readonly tlsRefused: FastCounter<'reason'>;
   /** Set by the key census (src/admin/census.ts), not per request. */
   readonly keyCensus: KeyCensusGauges;
 }
@@ -110,6 +112,7 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
     probes: new FastCounter({ name: 'idempotency_proxy_outcome_probes_total', help: 'Outcome probes sent after a lease takeover (onExpiredLease: probe): found (replayed), absent (executed), failed (409 outcome-unknown)', labelNames: ['route', 'result'], registers }),
     failures: new FastCounter({ name: 'idempotency_proxy_failures_total', help: 'Requests that ended in a failure, by the phase where it ended and who failed (store, upstream, internal)', labelNames: ['route', 'phase', 'source'], registers }),
     batchSize: new FastHistogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
+    tlsRefused: new FastCounter({ name: 'idempotency_proxy_tls_handshakes_refused_total', help: 'TLS handshakes the listener refused or that did not finish, by reason', labelNames: ['reason'], registers }),
     keyCensus: new KeyCensusGauges(registers),
   };
 }

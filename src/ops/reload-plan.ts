@@ -5,8 +5,9 @@ import type { Config } from '../config/types.js';
 // and the shutdown deadline are read when used. Listeners, the upstream pool
 // and the store (PostgreSQL, Redis, sweeper) are built once: a change there
 // needs a restart, and the running values are kept. The listener's TLS files
-// are re-read on every reload (src/ops/tls-reload.ts): their paths may change
-// live, turning TLS or mTLS on or off needs a restart.
+// and the upstream's (upstream.tls) are re-read on every reload
+// (src/ops/tls-reload.ts): their paths may change live, turning TLS or mTLS
+// on or off needs a restart.
 
 const LIVE: ReadonlySet<string> = new Set(['routes', 'logLevel', 'shutdownTimeoutMs']);
 /** Sections compared field by field, so the log names e.g. `upstream.timeout`. */
@@ -34,6 +35,11 @@ function tlsLive(current: Config, next: Config): boolean {
   return a !== null && b !== null && (a.clientCa === null) === (b.clientCa === null);
 }
 
+/** New upstream.tls paths (or servername) are live while upstream.tls stays set. */
+function upstreamTlsLive(current: Config, next: Config): boolean {
+  return current.upstream.tls !== null && next.upstream.tls !== null;
+}
+
 export function planReload(current: Config, next: Config): ReloadPlan {
   const restartNeeded: string[] = [];
   const changed: string[] = [];
@@ -49,6 +55,7 @@ export function planReload(current: Config, next: Config): ReloadPlan {
       const ra = a as Record<string, unknown>;
       const rb = b as Record<string, unknown>;
       for (const sub of new Set([...Object.keys(ra), ...Object.keys(rb)])) {
+        if (field === 'upstream' && sub === 'tls' && upstreamTlsLive(current, next)) continue;
         if (!same(ra[sub], rb[sub])) restartNeeded.push(`${field}.${yamlName(sub)}`);
       }
     } else {
@@ -61,6 +68,7 @@ export function planReload(current: Config, next: Config): ReloadPlan {
     logLevel: next.logLevel,
     shutdownTimeoutMs: next.shutdownTimeoutMs,
     listenTls: tlsLive(current, next) ? next.listenTls : current.listenTls,
+    upstream: upstreamTlsLive(current, next) ? Object.freeze({ ...current.upstream, tls: next.upstream.tls }) : current.upstream,
   });
   return { config, restartNeeded, changed };
 }

@@ -1,5 +1,6 @@
-import { Pool, type Dispatcher } from 'undici';
-import type { UpstreamConfig } from '../config/types.js';
+import { Pool, buildConnector, type Dispatcher } from 'undici';
+import type { UpstreamConfig, UpstreamTls } from '../config/types.js';
+import { tlsReloader, type TlsReloader } from '../ops/tls-reload.js';
 import { readUpstreamTls } from '../config/tls-files.js';
 import { TimeoutSignal, UpstreamError } from '../errors.js';
 
@@ -38,24 +39,32 @@ export interface Upstream {
   readonly pool: Dispatcher;
   readonly origin: string;
   readonly timeoutMs: number;
+  /** SIGHUP: upstream.tls read again; new connections use it, open ones keep theirs (src/ops/tls-reload.ts). */
+  readonly tls: TlsReloader<UpstreamTls>;
   close(): Promise<void>;
 }
 
 export function createUpstream(cfg: UpstreamConfig): Upstream {
   const origin = new URL(cfg.url).origin;
+  const timeout = Math.min(cfg.timeoutMs, 10_000);
+  // upstream.tls: CA bundle, client certificate, SNI name (docs/configuration.md, Upstream), in a
+  // connector that SIGHUP can replace; without it undici's own, built from the options.
+  const material = cfg.tls === null ? null : readUpstreamTls(cfg.tls);
+  let connector = material === null ? null : buildConnector({ timeout, ...material });
   const pool = new Pool(origin, {
     connections: cfg.connections,
     pipelining: 1,
     keepAliveTimeout: 4_000,
     headersTimeout: cfg.timeoutMs,
     bodyTimeout: cfg.timeoutMs,
-    // upstream.tls: CA bundle, client certificate, SNI name (docs/configuration.md, Upstream).
-    connect: { timeout: Math.min(cfg.timeoutMs, 10_000), ...(cfg.tls === null ? {} : readUpstreamTls(cfg.tls)) },
+    connect: connector === null ? { timeout } : (opts, cb) => connector!(opts, cb),
   });
+  const tls = tlsReloader(readUpstreamTls, (m) => { connector = buildConnector({ timeout, ...m }); }, material);
   return {
     pool,
     origin,
     timeoutMs: cfg.timeoutMs,
+    tls,
     close: () => pool.close(),
   };
 }

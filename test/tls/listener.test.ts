@@ -204,6 +204,28 @@ describe('clear text with http2: true (h2c with prior knowledge beside HTTP/1.1)
     }
   });
 
+  test('a header list over 32 KiB gets the 431 problem, not a reset stream; the session stays usable', async () => {
+    const session = await h2Connect(proxy.url);
+    try {
+      await new Promise((r) => session.once('remoteSettings', r)); // the client heeds what the proxy advertises
+      assert.equal(session.remoteSettings.maxHeaderListSize, 64 * 1024);
+      const key = uniqueKey('big');
+      const big = await h2Request(session, '/pay/big', { 'idempotency-key': key, 'x-big': 'a'.repeat(40 * 1024) }, 'b');
+      assert.equal(big.status, 431);
+      assert.equal(JSON.parse(big.body.toString()).type, 'urn:idempotency-proxy:problem:headers-too-large');
+      assert.equal(big.headers['cache-control'], 'no-store');
+      // Many small fields: the size decides, not nghttp2's count of pairs (which resets the stream).
+      const many = Object.fromEntries(Array.from({ length: 1200 }, (_, i) => [`x-f${i}`, 'v']));
+      const count = await h2Request(session, '/pay/many', { 'idempotency-key': key, ...many }, 'b');
+      assert.equal(count.status, 431);
+      const ok = await h2Request(session, '/pay/big', { 'idempotency-key': key, 'x-big': 'a'.repeat(8 * 1024) }, 'b'); // the test upstream (node:http) takes 16 KiB
+      assert.equal(ok.status, 201, `the key was never claimed by the refused requests: ${ok.body.toString()}`);
+      assert.equal(ok.headers['idempotent-replayed'], undefined);
+    } finally {
+      session.close();
+    }
+  });
+
   test('50 duplicate h2c streams on one connection execute once', async () => {
     const session = await h2Connect(proxy.url);
     try {
