@@ -3,7 +3,7 @@ import {
   ROOT_CONTEXT, SpanKind, SpanStatusCode, trace,
   type Context, type Span, type SpanContext, type SpanOptions, type TextMapGetter, type TextMapPropagator, type Tracer,
 } from '@opentelemetry/api';
-import { TRACE_RECORD_HEADER } from '../proxy/headers.js';
+import { reservedEntry, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import type { RequestContext } from '../lifecycle/context.js';
 
@@ -122,9 +122,8 @@ export function endChild(span: Span, err?: unknown): void {
 }
 
 function storedTraceContext(propagator: TextMapPropagator, rec: StoredResponse): SpanContext | null {
-  const h = rec.headers;
-  const last = h.length === 0 ? undefined : h[h.length - 1]!;
-  if (last === undefined || last[0] !== TRACE_RECORD_HEADER) return null;
-  const c = trace.getSpanContext(propagator.extract(ROOT_CONTEXT, { traceparent: last[1] }, carrierGetter));
+  const tp = reservedEntry(rec.headers, TRACE_RECORD_HEADER);
+  if (tp === null) return null;
+  const c = trace.getSpanContext(propagator.extract(ROOT_CONTEXT, { traceparent: tp }, carrierGetter));
   return c !== undefined && trace.isSpanContextValid(c) ? c : null;
 }
