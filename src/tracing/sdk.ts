@@ -24,13 +24,25 @@ export async function startTracing(config: TracingConfig): Promise<StartedTracin
   const resource = env.merge(resourceFromAttributes({ 'service.name': service }));
   const provider = new BasicTracerProvider({
     resource,
-    spanProcessors: [new BatchSpanProcessor(await exporter(config))],
+    spanProcessors: [new BatchSpanProcessor(await exporter(config), batchOptions(process.env))],
     ...(config.sampleRatio === null ? {} : { sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(config.sampleRatio) }) }),
   });
   return {
     tracing: new RequestTracing(provider.getTracer('idempotency-proxy'), new W3CTraceContextPropagator()),
     shutdown: () => provider.shutdown(),
   };
+}
+
+/**
+ * The batch processor's queue: 16 384 spans unless OTEL_BSP_MAX_QUEUE_SIZE
+ * says otherwise (the SDK's 2 048 is a tenth of a second of spans at 5 000
+ * requests a second, so one slow export would drop spans). Batches stay at
+ * the SDK's 512 (OTEL_BSP_MAX_EXPORT_BATCH_SIZE): exported as soon as they
+ * fill, spans die young, where large batches held for long keep them alive
+ * past the young generation (docs/operations.md, Tracing: cost).
+ */
+function batchOptions(env: NodeJS.ProcessEnv): { maxQueueSize?: number } {
+  return env.OTEL_BSP_MAX_QUEUE_SIZE === undefined || env.OTEL_BSP_MAX_QUEUE_SIZE === '' ? { maxQueueSize: 16_384 } : {};
 }
 
 async function exporter(config: TracingConfig): Promise<SpanExporter> {
