@@ -222,9 +222,9 @@ async function openCache(config: Config, opts: StartOptions, metrics: Metrics, l
 async function openTracing(config: Config, logger: Logger): Promise<StartedTracing | null> {
   if (!config.tracing.enabled) return null;
   const { startTracing } = await import('./tracing/sdk.js');
-  const t = startTracing(config.tracing);
+  const t = await startTracing(config.tracing);
   const endpoint = config.tracing.endpoint ?? process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT ?? null;
-  logger.info({ endpoint: endpoint === null ? null : maskUrl(endpoint) }, 'tracing on: exporting spans over OTLP/HTTP');
+  logger.info({ endpoint: endpoint === null ? null : maskUrl(endpoint), protocol: config.tracing.protocol }, 'tracing on: exporting spans over OTLP/HTTP');
   return t;
 }
 

@@ -79,8 +79,10 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
       OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_SERVICE_NAME: 'idempotency-proxy-bench',
       // Every request sampled unless BENCH_OTEL_SAMPLER / BENCH_OTEL_SAMPLER_ARG say otherwise (e.g. traceidratio, 0.1).
       OTEL_TRACES_SAMPLER: process.env.BENCH_OTEL_SAMPLER ?? 'always_on', OTEL_TRACES_SAMPLER_ARG: process.env.BENCH_OTEL_SAMPLER_ARG ?? '',
-      // Queue and batches large enough that no span is dropped at the benchmark's rate.
-      OTEL_BSP_MAX_QUEUE_SIZE: '200000', OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '8192', OTEL_BSP_SCHEDULE_DELAY: '500',
+      // The proxy's own batches and encoding (512 spans, OTLP/protobuf), with a queue large enough that no span is
+      // dropped at the benchmark's rate (a dropped span would cost nothing). BENCH_OTEL_PROTOCOL=http/json: the JSON encoding.
+      OTEL_BSP_MAX_QUEUE_SIZE: '200000',
+      ...(process.env.BENCH_OTEL_PROTOCOL === undefined ? {} : { OTEL_EXPORTER_OTLP_PROTOCOL: process.env.BENCH_OTEL_PROTOCOL }),
     };
     ctx.log(`otlp sink ${sink.url} (pid ${sink.pid})`);
   }

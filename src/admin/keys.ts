@@ -1,3 +1,4 @@
+import { reservedEntry, responseHeadersOf, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { Db } from '../store/db/port.js';
 import type { KeyStore } from '../store/key-store.js';
 import type { KeyRecord } from '../store/records.js';
@@ -51,7 +52,10 @@ export interface KeyView {
   readonly status: number | null;
   readonly bodyBytes: number | null;
   readonly bodyRetained: boolean | null;
+  /** The response's headers, without the proxy's reserved entries. */
   readonly responseHeaders?: ReadonlyArray<readonly [string, string]> | null;
+  /** The traceparent of the traced execution that made the record (its replays' spans link to it); null: none kept. */
+  readonly trace?: string | null;
   readonly bodyBase64?: string | null;
 }
 
@@ -112,9 +116,15 @@ export function viewOfRecord(rec: KeyRecord, withBody: boolean): KeyView {
     status: rec.statusCode,
     bodyBytes: rec.bodySize,
     bodyRetained: rec.bodyRetained,
-    responseHeaders: rec.responseHeaders,
+    ...storedHeaders(rec),
     ...(withBody ? { bodyBase64: rec.responseBody?.toString('base64') ?? null } : {}),
   };
+}
+
+/** A record's headers as shown: the response's own, and the stored trace context as its own field. */
+export function storedHeaders(rec: KeyRecord): { responseHeaders: Array<[string, string]> | null; trace: string | null } {
+  const h = rec.responseHeaders;
+  return h === null ? { responseHeaders: null, trace: null } : { responseHeaders: responseHeadersOf(h), trace: reservedEntry(h, TRACE_RECORD_HEADER) };
 }
 
 export class KeyOperations {
@@ -151,7 +161,7 @@ export class KeyOperations {
 
   private async withBody(k: KeyView): Promise<KeyView> {
     const rec = await this.store.get(k.tenantId, k.key, true);
-    return rec === null ? k : { ...k, responseHeaders: rec.responseHeaders, bodyBase64: rec.responseBody?.toString('base64') ?? null };
+    return rec === null ? k : { ...k, ...storedHeaders(rec), bodyBase64: rec.responseBody?.toString('base64') ?? null };
   }
 
   /** The record, expired or not (KeyRecord says which); null when there is none. */

@@ -2,7 +2,7 @@ import type { CommandModule } from 'yargs';
 import type { Config, TenantSource } from '../config/types.js';
 import { tenantIdFor } from '../policy/tenant.js';
 import type { KeyRecord } from '../store/records.js';
-import type { Resolution } from '../admin/keys.js';
+import { storedHeaders, type Resolution } from '../admin/keys.js';
 import { CliError, type CliIo } from './io.js';
 import type { Outcome } from './index.js';
 import { storeConfig, type CommonArgs } from './options.js';
@@ -55,7 +55,7 @@ function describe(rec: KeyRecord, withBody: boolean): Record<string, unknown> {
     completedAt: rec.completedAt?.toISOString() ?? null,
     expiresAt: rec.expiresAt.toISOString(),
     status: rec.statusCode,
-    responseHeaders: rec.responseHeaders,
+    ...storedHeaders(rec),
     bodyBytes: rec.bodySize,
     bodyRetained: rec.bodyRetained,
     ...(withBody ? { bodyBase64: rec.responseBody?.toString('base64') ?? null } : {}),

@@ -3,7 +3,7 @@
 // REDIS_URL are used when the file does not set store.postgres / store.redis
 // or sets them to an empty value (e.g. an unset ${VAR}).
 
-import type { Config, LimitsConfig, StoreConfig, TracingConfig, UpstreamConfig } from './types.js';
+import type { Config, LimitsConfig, OtlpProtocol, StoreConfig, TracingConfig, UpstreamConfig } from './types.js';
 import type { Env } from './interpolate.js';
 import type { Issues, Path } from './issues.js';
 import { checkStoreUrl, parseHostPort, parseUpstreamUrl, type HostPort } from './addresses.js';
@@ -226,5 +226,19 @@ function resolveTracing(raw: Raw, env: Env, issues: Issues): TracingConfig {
     endpoint,
     serviceName: typeof section.serviceName === 'string' ? section.serviceName : null,
     sampleRatio: typeof section.sampleRatio === 'number' ? section.sampleRatio : null,
+    protocol: resolveOtlpProtocol(section, env, enabled ? issues : null),
   };
+}
+
+const OTLP_PROTOCOLS: readonly OtlpProtocol[] = ['http/protobuf', 'http/json'];
+
+/** tracing.protocol (the schema checked it), else the standard variables (checked only when tracing is on); grpc is not offered. */
+function resolveOtlpProtocol(section: Raw, env: Env, issues: Issues | null): OtlpProtocol {
+  if (typeof section.protocol === 'string') return section.protocol as OtlpProtocol;
+  const name = given(env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL) ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL' : given(env.OTEL_EXPORTER_OTLP_PROTOCOL) ? 'OTEL_EXPORTER_OTLP_PROTOCOL' : null;
+  if (name === null) return 'http/protobuf';
+  const v = env[name]!.trim();
+  if ((OTLP_PROTOCOLS as readonly string[]).includes(v)) return v as OtlpProtocol;
+  issues?.add(['tracing', 'protocol'], `${name}=${v}: expected ${OTLP_PROTOCOLS.join(' or ')} (OTLP over HTTP; grpc is not supported)`);
+  return 'http/protobuf';
 }

@@ -138,6 +138,7 @@ export function configSchema(): Schema {
         endpoint: { type: 'string', minLength: 1 },
         serviceName: { type: 'string', minLength: 1 },
         sampleRatio: { type: 'number', minimum: 0, maximum: 1 },
+        protocol: enumOf('http/protobuf', 'http/json'),
       }),
     }),
     title: 'idempotency-proxy configuration',

@@ -134,7 +134,11 @@ export interface TracingConfig {
   readonly serviceName: string | null;
   /** Parent-based ratio sampler; null: OTEL_TRACES_SAMPLER / OTEL_TRACES_SAMPLER_ARG (default parentbased_always_on). */
   readonly sampleRatio: number | null;
+  /** OTLP/HTTP encoding: tracing.protocol, else OTEL_EXPORTER_OTLP_TRACES_PROTOCOL / OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf. */
+  readonly protocol: OtlpProtocol;
 }
+
+export type OtlpProtocol = 'http/protobuf' | 'http/json';
 
 // --- TLS (docs/configuration.md, Listener and Upstream) ---
 /** File paths; each was readable and parsed when the configuration was loaded. */

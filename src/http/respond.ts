@@ -1,5 +1,5 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
-import { TRACE_RECORD_HEADER } from '../proxy/headers.js';
+import { ownHeaderCount } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import { problemDialect, type Dialect } from './dialects.js';
 import { Problems, type ProblemDef } from './problems.js';
@@ -92,9 +92,9 @@ const DESCRIBES_ORIGINAL_BODY: ReadonlySet<string> = new Set([
 export function respondReplay(res: ServerResponse, d: Dialect, stored: StoredResponse, requestId: string, key: string | null, echo: boolean): void {
   const flat: string[] = [];
   let body = stored.body;
-  // A reserved last header keeps the original execution's trace context (docs/operations.md, Tracing): never replayed.
+  // The proxy's reserved entries come last (the original execution's trace context, docs/operations.md, Tracing): never replayed.
   const h = stored.headers;
-  const n = h.length > 0 && h[h.length - 1]![0] === TRACE_RECORD_HEADER ? h.length - 1 : h.length;
+  const n = ownHeaderCount(h);
   if (stored.bodyRetained) {
     for (let i = 0; i < n; i++) flat.push(h[i]![0], h[i]![1]);
   } else {

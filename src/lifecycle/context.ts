@@ -3,6 +3,7 @@ import { performance } from 'node:perf_hooks';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Context, Span } from '@opentelemetry/api';
 import type { ErrorSource, UpstreamError } from '../errors.js';
+import { keyHash } from '../log/logger.js';
 import type { Outcome } from '../metrics/metrics.js';
 import type { CompiledRoute } from '../policy/router.js';
 import type { Recording } from '../proxy/record-handler.js';
@@ -57,6 +58,7 @@ export class RequestContext {
   cache: 'hit' | 'miss' | null = null;
   // tracing (src/tracing/spans.ts): null when tracing is off
   span: Span | null = null;
+  private keyHashed: string | undefined = undefined;
   spanContext: Context | null = null;
 
   constructor(readonly req: IncomingMessage, readonly res: ServerResponse) {
@@ -67,6 +69,11 @@ export class RequestContext {
     const q = url.indexOf('?');
     this.path = q === -1 ? url : url.slice(0, q);
     this.query = q === -1 ? '' : url.slice(q + 1);
+  }
+
+  /** keyHash(tenantId, key), computed once: the log line and the server span both carry it. Only with a key. */
+  hashedKey(): string {
+    return (this.keyHashed ??= keyHash(this.tenantId, this.key!));
   }
 
   elapsedMs(): number {

@@ -22,6 +22,8 @@ export interface RequestLine {
   readonly tenantId: string;
   /** Logged only as a short hash (keyHash). */
   readonly key: string | null;
+  /** keyHash(tenantId, key), when the caller keeps it (RequestContext: computed once, for the log line and the span). */
+  hashedKey?(): string;
   readonly attempt: number;
   readonly released: boolean;
   readonly shadow: string | null;
@@ -87,7 +89,7 @@ export function createRequestLog(logger: Logger): RequestLog {
     let line = `{"level":"info","time":${lastTime}${bindings},"requestId":${JSON.stringify(r.requestId)},"route":${q(route)}` +
       `,"method":${q(r.method)},"path":${JSON.stringify(r.path)},"outcome":${q(r.outcome)},"phase":${q(r.phase)},"status":${r.status}`;
     if (r.source !== null) line += `,"source":${q(r.source)}`;
-    if (r.key !== null) line += `,"key":"${keyHash(r.tenantId, r.key)}"`;
+    if (r.key !== null) line += `,"key":"${r.hashedKey === undefined ? keyHash(r.tenantId, r.key) : r.hashedKey()}"`;
     if (r.attempt) line += `,"attempt":${r.attempt}`;
     if (r.released) line += ',"released":true';
     if (r.shadow !== null) line += `,"shadow":${q(r.shadow)}`;

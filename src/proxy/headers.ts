@@ -29,6 +29,35 @@ export const CLAIM_HEADER = 'idempotency-claim';
  */
 export const TRACE_RECORD_HEADER = 'idempotency-proxy-trace';
 
+/**
+ * The prefix of the proxy's own entries in a record's headers (the trace
+ * context above, and any later one): kept after the response's headers, never
+ * stored from an upstream, never replayed, never shown as response headers.
+ */
+export const RESERVED_HEADER_PREFIX = 'idempotency-proxy-';
+
+export const isReservedHeader = (name: string): boolean => name.startsWith(RESERVED_HEADER_PREFIX);
+
+type StoredHeaders = ReadonlyArray<readonly [string, string]>;
+
+/** How many of a record's headers are the response's own: the reserved entries come last. */
+export function ownHeaderCount(h: StoredHeaders): number {
+  let n = h.length;
+  while (n > 0 && isReservedHeader(h[n - 1]![0])) n--;
+  return n;
+}
+
+/** A record's headers without the proxy's reserved entries (what keys show and the admin API list). */
+export function responseHeadersOf(h: StoredHeaders): Array<[string, string]> {
+  return h.filter(([name]) => !isReservedHeader(name)).map(([name, value]) => [name, value]);
+}
+
+/** The reserved entry `name` of a record's headers, or null. */
+export function reservedEntry(h: StoredHeaders, name: string): string | null {
+  for (let i = h.length - 1; i >= 0 && isReservedHeader(h[i]![0]); i--) if (h[i]![0] === name) return h[i]![1];
+  return null;
+}
+
 /** Never stored: framing headers are recomputed on replay, Date is per response. */
 export const NEVER_STORED: ReadonlySet<string> = new Set(['content-length', 'date', 'set-cookie', 'idempotent-replayed']);
 
@@ -41,8 +70,8 @@ export function compileStoredHeaders(add: readonly string[], drop: readonly stri
   const added = new Set(add);
   const dropped = new Set(drop);
   return (name) => {
-    // The reserved trace header is the proxy's own: an upstream's header of that name is never stored.
-    if (HOP_BY_HOP.has(name) || name === 'content-length' || name === TRACE_RECORD_HEADER) return false;
+    // The reserved headers are the proxy's own: an upstream's header of such a name is never stored.
+    if (HOP_BY_HOP.has(name) || name === 'content-length' || isReservedHeader(name)) return false;
     if (dropped.has(name)) return false;
     if (added.has(name)) return true;
     return !NEVER_STORED.has(name) && !PER_REQUEST_IDS.has(name);

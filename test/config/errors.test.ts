@@ -172,3 +172,14 @@ test('admin: true, empty key/tenant mappings and an empty listen are errors', ()
     'defaults.tenant: must set exactly one of fromHeader, fromHeaderHash, constant, fromClientCert (line 4)',
   ]);
 });
+
+test('tracing.protocol: http/protobuf by default, the OTEL_* variables, grpc refused only when tracing is on', () => {
+  const on = `${UPSTREAM}tracing: { endpoint: http://127.0.0.1:4318 }\n`;
+  assert.equal(loadConfig({ text: on, env: {} }).tracing.protocol, 'http/protobuf');
+  assert.equal(loadConfig({ text: on, env: { OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' } }).tracing.protocol, 'http/json');
+  assert.equal(loadConfig({ text: on, env: { OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/protobuf' } }).tracing.protocol, 'http/protobuf');
+  assert.equal(loadConfig({ text: `${UPSTREAM}tracing: { endpoint: http://127.0.0.1:4318, protocol: http/json }\n`, env: { OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' } }).tracing.protocol, 'http/json');
+  assert.deepEqual(errorsOf(on, { OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }), ['tracing.protocol: OTEL_EXPORTER_OTLP_PROTOCOL=grpc: expected http/protobuf or http/json (OTLP over HTTP; grpc is not supported) (line 2)']);
+  assert.equal(loadConfig({ text: UPSTREAM, env: { OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' } }).tracing.enabled, false, 'tracing off: the variable is not read');
+  assert.match(errorsOf(`${on.trimEnd().slice(0, -2)}, protocol: grpc }\n`).join('\n'), /^tracing\.protocol: /);
+});

@@ -2,51 +2,17 @@ import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
+import { attr, durationNs, startReceiver, type Receiver } from '../helpers/otlp.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 // docs/operations.md, Tracing: the real OpenTelemetry SDK exports OTLP/HTTP
-// (JSON) to a receiver this test runs; what arrives is decoded and checked.
-
-interface OtlpSpan {
-  traceId: string; spanId: string; parentSpanId?: string; name: string; kind: number;
-  startTimeUnixNano: string | number; endTimeUnixNano: string | number;
-  attributes?: Array<{ key: string; value: Record<string, unknown> }>;
-  links?: Array<{ traceId: string; spanId: string }>;
-}
-
-interface Receiver { url: string; spans: OtlpSpan[]; contentTypes: string[]; close(): Promise<void> }
-
-async function startReceiver(): Promise<Receiver> {
-  const spans: OtlpSpan[] = [];
-  const contentTypes: string[] = [];
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      contentTypes.push(`${req.method} ${req.url} ${req.headers['content-type']}`);
-      const body = JSON.parse(Buffer.concat(chunks).toString()) as { resourceSpans: Array<{ scopeSpans: Array<{ spans: OtlpSpan[] }> }> };
-      for (const rs of body.resourceSpans) for (const ss of rs.scopeSpans) spans.push(...ss.spans);
-      res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-    });
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, spans, contentTypes, close: () => new Promise((r) => server.close(() => r())) };
-}
-
-const attr = (s: OtlpSpan, key: string): unknown => {
-  const v = s.attributes?.find((a) => a.key === key)?.value;
-  return v === undefined ? undefined : Object.values(v)[0];
-};
-const durationNs = (s: OtlpSpan): bigint => BigInt(s.endTimeUnixNano) - BigInt(s.startTimeUnixNano);
+// (protobuf by default, JSON when asked) to a receiver this test runs
+// (test/helpers/otlp.ts); what arrives is decoded and checked.
 
 const CLIENT_TRACE = '0af7651916cd43dd8448eb211c80319c';
 const CLIENT_SPAN = 'b7ad6b7169203331';
@@ -85,7 +51,7 @@ describe('tracing on: spans exported over OTLP/HTTP', () => {
     assert.equal(second.status, 201);
     assert.equal(second.headers['idempotent-replayed'], 'true');
     assert.equal(second.headers['idempotency-proxy-trace'], undefined, 'the stored trace context is never replayed');
-    assert.ok(receiver.contentTypes.every((c) => c.startsWith('POST /v1/traces application/json')), receiver.contentTypes.join('; '));
+    assert.ok(receiver.contentTypes.length > 0 && receiver.contentTypes.every((c) => c.startsWith('POST /v1/traces application/x-protobuf')), receiver.contentTypes.join('; '));
 
     const servers = receiver.spans.filter((s) => s.kind === 2);
     assert.equal(servers.length, 2, `one server span per request: ${receiver.spans.map((s) => s.name).join(', ')}`);
@@ -120,6 +86,96 @@ describe('tracing on: spans exported over OTLP/HTTP', () => {
     assert.equal(attr(replay, 'idempotency.replayed'), true);
     assert.deepEqual(replay.links?.map((l) => [l.traceId, l.spanId]), [[CLIENT_TRACE, exec.spanId]], 'the replay links to the execution it replays');
     assert.equal(upstream.executions(), 1);
+  });
+});
+
+describe('tracing on: waits, pass-through, OTLP/JSON', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let receiver: Receiver;
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startUpstream(jsonResponder(201, 150));
+    receiver = await startReceiver();
+  });
+  after(async () => {
+    await upstream.close();
+    await receiver.close();
+    await db.drop();
+  });
+
+  const yaml = (extra = ''): string => `
+tracing: { endpoint: ${JSON.stringify(receiver.url)}${extra} }
+routes:
+  - name: wait
+    match: { path: /wait/** }
+    onInFlight: wait
+    waitTimeout: 5s
+  - name: pass
+    match: { path: /pass/** }
+    mode: passthrough
+`;
+  const tp = (trace: string): string => `00-${trace}-${'3'.repeat(16)}-01`;
+
+  test('a waiter (onInFlight: wait): a wait span, and its claim again as a claim span', async () => {
+    const proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: yaml() });
+    const key = `wait-${Date.now()}`;
+    const traces = ['a'.repeat(32), 'b'.repeat(32)];
+    let answers;
+    try {
+      // At the same moment: one claims and runs (150 ms upstream), the other finds it in flight and waits.
+      answers = await Promise.all(traces.map((t) => send(`${proxy.url}/wait/x`, { headers: { 'idempotency-key': key, 'content-type': 'application/json', traceparent: tp(t) }, body: '{}' })));
+    } finally {
+      await proxy.close();
+    }
+    assert.deepEqual(answers.map((a) => a.status), [201, 201]);
+    assert.equal(upstream.executions(), 1);
+    const waiterTrace = traces[answers.findIndex((a) => a.headers['idempotent-replayed'] === 'true')]!;
+    assert.ok(waiterTrace, 'one of the two was replayed');
+    const spans = receiver.spans.filter((s) => s.traceId === waiterTrace);
+    const server = spans.find((s) => s.kind === 2)!;
+    assert.equal(attr(server, 'idempotency.outcome'), 'replayed');
+    const wait = spans.find((s) => s.name === 'wait');
+    assert.ok(wait, `a wait span (got ${spans.map((s) => s.name).join(', ')})`);
+    assert.equal(wait.parentSpanId, server.spanId);
+    assert.equal(attr(wait, 'idempotency.claim'), 'complete');
+    assert.ok(durationNs(wait) >= 50_000_000n, 'the wait span covers the wait for the first request');
+    const claims = spans.filter((s) => s.name === 'claim');
+    assert.deepEqual(claims.map((c) => [attr(c, 'idempotency.claim'), attr(c, 'idempotency.reclaim') ?? false]), [['in_flight', false], ['complete', true]],
+      'the first claim found the key in flight; the claim again found it complete');
+  });
+
+  test('a pass-through route: a server span, and the client traceparent goes upstream untouched', async () => {
+    const proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: yaml() });
+    const trace = 'c'.repeat(32);
+    let r;
+    try {
+      r = await send(`${proxy.url}/pass/x`, { headers: { traceparent: tp(trace) } });
+    } finally {
+      await proxy.close();
+    }
+    assert.equal(r.status, 201);
+    const server = receiver.spans.filter((s) => s.traceId === trace && s.kind === 2);
+    assert.equal(server.length, 1, 'one server span');
+    assert.equal(server[0]!.parentSpanId, '3'.repeat(16));
+    assert.equal(attr(server[0]!, 'idempotency.route'), 'pass');
+    assert.equal(attr(server[0]!, 'idempotency.outcome'), 'passthrough');
+    const got = upstream.received.find((x) => x.headers.traceparent?.includes(trace));
+    assert.equal(got?.headers.traceparent, tp(trace));
+  });
+
+  test('protocol: http/json exports OTLP/JSON (only that exporter is loaded)', async () => {
+    const before = receiver.contentTypes.length;
+    const proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: yaml(', protocol: http/json') });
+    const trace = 'd'.repeat(32);
+    try {
+      await send(`${proxy.url}/pass/x`, { headers: { traceparent: tp(trace) } });
+    } finally {
+      await proxy.close();
+    }
+    const types = receiver.contentTypes.slice(before);
+    assert.ok(types.length > 0 && types.every((c) => c.startsWith('POST /v1/traces application/json')), types.join('; '));
+    assert.equal(receiver.spans.filter((s) => s.traceId === trace && s.kind === 2).length, 1);
   });
 });
 
@@ -181,6 +237,7 @@ describe('tracing off: no SDK, no exporter', () => {
     } finally {
       await receiver.close();
     }
-    assert.ok(on.includes('sdk-trace-base') && on.includes('exporter-trace-otlp-http'), `modules loaded with tracing on: ${on.join(', ')}`);
+    assert.ok(on.includes('sdk-trace-base') && on.includes('exporter-trace-otlp-proto'), `modules loaded with tracing on: ${on.join(', ')}`);
+    assert.ok(!on.includes('exporter-trace-otlp-http'), `only the exporter in use is loaded: ${on.join(', ')}`);
   });
 });

@@ -4,6 +4,7 @@ import { Problems } from '../../http/problems.js';
 import type { ClaimOutcome, ClaimRequest } from '../../store/records.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
+import { SpanKind } from '@opentelemetry/api';
 import { endChild } from '../../tracing/spans.js';
 import { KeyHold } from '../hold.js';
 import { waiterId } from '../waiters.js';
@@ -106,11 +107,15 @@ async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: Claim
   const id = waiterId(req.tenantId, req.key);
   let outcome = first;
   let step = 25;
+  let polls = 0;
+  // Traced: the wait is a span, and each claim again a claim span (idempotency.reclaim) beside the first.
+  const waitSpan = ctx.span === null ? null : deps.tracing!.child(ctx, 'wait', SpanKind.INTERNAL);
   while (outcome.kind === 'in_flight') {
     const left = deadline - performance.now();
     if (left <= 0) break;
     const woken = await deps.waiters.wait(id, Math.min(step, left));
     step = Math.min(step * 2, 500);
+    polls += 1;
     try {
       if (!woken) {
         const rec = await deps.store.get(req.tenantId, req.key);
@@ -119,10 +124,24 @@ async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: Claim
           continue;
         }
       }
-      outcome = await deps.store.claim(req);
+      const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'claim');
+      try {
+        outcome = await deps.store.claim(req);
+      } catch (err) {
+        if (span !== null) endChild(span, err);
+        throw err;
+      }
+      if (span !== null) {
+        span.setAttributes({ 'idempotency.claim': outcome.kind, 'idempotency.reclaim': true });
+        endChild(span);
+      }
     } catch {
       break; // keep the last answer: 409
     }
+  }
+  if (waitSpan !== null) {
+    waitSpan.setAttributes({ 'idempotency.claim': outcome.kind, 'idempotency.wait.polls': polls });
+    endChild(waitSpan);
   }
   return outcome;
 }

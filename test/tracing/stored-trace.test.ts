@@ -1,0 +1,89 @@
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
+import { send } from '../helpers/http.js';
+import { startReceiver, type Receiver } from '../helpers/otlp.js';
+import type { RunningProxy } from '../../src/app.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { tempDir, type TempDir } from '../helpers/tmp.js';
+import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { cliInProcess } from '../ops/support.js';
+
+// docs/operations.md, Tracing: a traced execution's record keeps its trace
+// context as a reserved entry among its headers. keys show and the admin API
+// show the response's own headers without any reserved (idempotency-proxy-*)
+// entry, and the stored trace context as its own field.
+
+const TOKEN = 'trace-admin-token';
+const TRACE = 'e'.repeat(32);
+
+describe('the stored trace context in keys show and the admin API', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let receiver: Receiver;
+  let proxy: RunningProxy;
+  let dir: TempDir;
+  let file: string;
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startUpstream(jsonResponder(201));
+    receiver = await startReceiver();
+    dir = tempDir();
+    const yaml = `adminToken: ${TOKEN}\ntracing: { endpoint: ${JSON.stringify(receiver.url)} }\nroutes:\n  - name: pay\n    match: { path: /pay/** }\n    tenant: { constant: t1 }\n`;
+    file = dir.write('proxy.yaml', `${yaml}upstream: { url: ${JSON.stringify(upstream.url)} }\nstore: { postgres: ${JSON.stringify(db.url)} }\n`);
+    proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml });
+  });
+  after(async () => {
+    await proxy?.close();
+    await upstream?.close();
+    await receiver?.close();
+    await db?.drop();
+    dir?.remove();
+  });
+
+  const admin = (path: string) => send(`${proxy.adminUrl}${path}`, { method: 'GET', headers: { authorization: `Bearer ${TOKEN}` } });
+
+  test('a traced execution: no reserved header in show or list, its traceparent as `trace`', async () => {
+    const r = await send(`${proxy.url}/pay/1`, { headers: { 'idempotency-key': 'traced-1', 'content-type': 'application/json', traceparent: `00-${TRACE}-${'4'.repeat(16)}-01` }, body: '{}' });
+    assert.equal(r.status, 201);
+    const [row] = await sql(db.url, 'SELECT response_headers FROM idempotency_keys WHERE idem_key = $1', ['traced-1']);
+    const stored = (row as { response_headers: Array<[string, string]> }).response_headers;
+    assert.ok(stored.some(([n]) => n === 'idempotency-proxy-trace'), 'the record keeps the trace context');
+
+    const shown = await admin('/admin/keys/t1/traced-1');
+    assert.equal(shown.status, 200, shown.text());
+    const view = shown.json() as { responseHeaders: Array<[string, string]>; trace: string | null };
+    assert.deepEqual(view.responseHeaders.filter(([n]) => n.startsWith('idempotency-proxy-')), [], JSON.stringify(view.responseHeaders));
+    assert.ok(view.responseHeaders.some(([n]) => n === 'content-type'), 'the response headers are still shown');
+    assert.match(String(view.trace), new RegExp(`^00-${TRACE}-[0-9a-f]{16}-01$`));
+
+    const listed = await admin('/admin/keys?tenantId=t1&body=true');
+    const k = (listed.json() as { keys: Array<{ key: string; responseHeaders: Array<[string, string]>; trace: string }> }).keys.find((x) => x.key === 'traced-1')!;
+    assert.ok(!JSON.stringify(k.responseHeaders).includes('idempotency-proxy-'));
+    assert.equal(k.trace, view.trace);
+
+    const cli = await cliInProcess(['keys', 'show', '--config', file, '--tenant-id', 't1', '--key', 'traced-1']);
+    assert.equal(cli.code, 0, cli.stderr);
+    const rec = JSON.parse(cli.stdout) as { responseHeaders: Array<[string, string]>; trace: string };
+    assert.ok(!JSON.stringify(rec.responseHeaders).includes('idempotency-proxy-'), cli.stdout);
+    assert.equal(rec.trace, view.trace);
+  });
+
+  test('every reserved idempotency-proxy-* entry is hidden, not only the trace context', async () => {
+    await sql(db.url, `
+      INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, state, owner_token, on_expired_lease, expires_at, completed_at,
+                                    status_code, response_headers, response_body, body_retained, body_size, route, method, path)
+      VALUES ('t1', 'reserved-2', '\\x00'::bytea, 'complete', gen_random_uuid(), 'fail', now() + interval '1 day', now(), 200,
+              '[["content-type","text/plain"],["idempotency-proxy-trace","00-${TRACE}-${'5'.repeat(16)}-01"],["idempotency-proxy-other","x"]]'::jsonb,
+              convert_to('ok', 'UTF8'), true, 2, 'pay', 'POST', '/pay/2')`);
+    const shown = (await admin('/admin/keys/t1/reserved-2')).json() as { responseHeaders: Array<[string, string]>; trace: string };
+    assert.deepEqual(shown.responseHeaders, [['content-type', 'text/plain']]);
+    assert.equal(shown.trace, `00-${TRACE}-${'5'.repeat(16)}-01`);
+    const cli = await cliInProcess(['keys', 'show', '--config', file, '--tenant-id', 't1', '--key', 'reserved-2']);
+    assert.equal(cli.code, 0, cli.stderr);
+    assert.deepEqual((JSON.parse(cli.stdout) as { responseHeaders: unknown }).responseHeaders, [['content-type', 'text/plain']]);
+    // A replay never carries them either.
+    const replay = await send(`${proxy.url}/pay/2`, { headers: { 'idempotency-key': 'reserved-2', 'content-type': 'application/json' }, body: '{}' });
+    assert.ok(!Object.keys(replay.headers).some((n) => n.startsWith('idempotency-proxy-')), JSON.stringify(replay.headers));
+  });
+});
