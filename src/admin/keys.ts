@@ -1,5 +1,6 @@
 import type { Db } from '../store/db/port.js';
 import type { KeyStore } from '../store/key-store.js';
+import { recordKind, referenceOf, withoutReference, type RecordKind } from '../proxy/reference.js';
 import type { KeyRecord } from '../store/records.js';
 import { listStatement, listTenantStatement } from '../store/sql/list.js';
 import { resolveExecutedStatement } from '../store/sql/resolve-executed.js';
@@ -51,6 +52,10 @@ export interface KeyView {
   readonly status: number | null;
   readonly bodyBytes: number | null;
   readonly bodyRetained: boolean | null;
+  /** full (body stored), marker (body too large to store), reference (the current body GET on replay); null: no response yet. */
+  readonly record: RecordKind | null;
+  /** A reference record's path on the upstream (what a replay GETs); shown with the record. */
+  readonly reference?: string | null;
   readonly responseHeaders?: ReadonlyArray<readonly [string, string]> | null;
   readonly bodyBase64?: string | null;
 }
@@ -89,6 +94,7 @@ function viewOfRow(r: Record<string, unknown>): KeyView {
     status: (r.status_code as number | null) ?? null,
     bodyBytes: r.body_size == null ? null : Number(r.body_size),
     bodyRetained: (r.body_retained as boolean | null) ?? null,
+    record: (r.record_kind as RecordKind | null) ?? null,
   };
 }
 
@@ -112,7 +118,9 @@ export function viewOfRecord(rec: KeyRecord, withBody: boolean): KeyView {
     status: rec.statusCode,
     bodyBytes: rec.bodySize,
     bodyRetained: rec.bodyRetained,
-    responseHeaders: rec.responseHeaders,
+    record: recordKind(rec.bodyRetained, rec.responseHeaders),
+    reference: rec.responseHeaders === null ? null : referenceOf(rec.responseHeaders),
+    responseHeaders: rec.responseHeaders === null ? null : withoutReference(rec.responseHeaders),
     ...(withBody ? { bodyBase64: rec.responseBody?.toString('base64') ?? null } : {}),
   };
 }
@@ -151,7 +159,9 @@ export class KeyOperations {
 
   private async withBody(k: KeyView): Promise<KeyView> {
     const rec = await this.store.get(k.tenantId, k.key, true);
-    return rec === null ? k : { ...k, responseHeaders: rec.responseHeaders, bodyBase64: rec.responseBody?.toString('base64') ?? null };
+    if (rec === null) return k;
+    const h = rec.responseHeaders;
+    return { ...k, reference: h === null ? null : referenceOf(h), responseHeaders: h === null ? null : withoutReference(h), bodyBase64: rec.responseBody?.toString('base64') ?? null };
   }
 
   /** The record, expired or not (KeyRecord says which); null when there is none. */

@@ -1,6 +1,7 @@
 import type { CommandModule } from 'yargs';
 import type { Config, TenantSource } from '../config/types.js';
 import { tenantIdFor } from '../policy/tenant.js';
+import { recordKind, referenceOf, withoutReference } from '../proxy/reference.js';
 import type { KeyRecord } from '../store/records.js';
 import type { Resolution } from '../admin/keys.js';
 import { CliError, type CliIo } from './io.js';
@@ -55,9 +56,11 @@ function describe(rec: KeyRecord, withBody: boolean): Record<string, unknown> {
     completedAt: rec.completedAt?.toISOString() ?? null,
     expiresAt: rec.expiresAt.toISOString(),
     status: rec.statusCode,
-    responseHeaders: rec.responseHeaders,
+    responseHeaders: rec.responseHeaders === null ? null : withoutReference(rec.responseHeaders),
     bodyBytes: rec.bodySize,
     bodyRetained: rec.bodyRetained,
+    record: recordKind(rec.bodyRetained, rec.responseHeaders),
+    ...(rec.responseHeaders !== null && referenceOf(rec.responseHeaders) !== null ? { reference: referenceOf(rec.responseHeaders) } : {}),
     ...(withBody ? { bodyBase64: rec.responseBody?.toString('base64') ?? null } : {}),
   };
 }

@@ -39,6 +39,7 @@ export const BUILTIN_POLICY: Resolved = {
   errorFormat: 'problem',
   keyScope: 'tenant',
   echoKey: false,
+  record: 'full',
   fromProfile: [],
 };
 
@@ -185,6 +186,7 @@ function resolvePolicy(route: PolicyLayer, defaults: PolicyLayer, name: string, 
     errorFormat: m.take('errorFormat'),
     keyScope: m.take('keyScope'),
     echoKey: m.take('echoKey'),
+    record: m.take('record'),
     fromProfile: m.fromProfile,
   };
   crossCheck(m, policy, match, issues);

@@ -1,5 +1,7 @@
-import { STATUS_CODES, type ServerResponse } from 'node:http';
-import { TRACE_RECORD_HEADER } from '../proxy/headers.js';
+import { STATUS_CODES, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { replayableEnd, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import { problemDialect, type Dialect } from './dialects.js';
 import { Problems, type ProblemDef } from './problems.js';
@@ -100,7 +102,8 @@ export function respondReplay(res: ServerResponse, d: Dialect, stored: StoredRes
   } else {
     // The original body was over maxStoredResponseBytes: original status and
     // headers, with a small problem body in place of the original one.
-    for (let i = 0; i < n; i++) {
+    const end = replayableEnd(h);
+    for (let i = 0; i < end; i++) {
       if (!DESCRIBES_ORIGINAL_BODY.has(h[i]![0])) flat.push(h[i]![0], h[i]![1]);
     }
     flat.push('content-type', d.contentType);
@@ -119,4 +122,42 @@ export function respondReplay(res: ServerResponse, d: Dialect, stored: StoredRes
   if (echo && key !== null && !stored.headers.some(([n]) => n === 'idempotency-key')) flat.push('idempotency-key', key);
   res.writeHead(stored.status, flat);
   res.end(body);
+}
+
+/** The headers of the current body a reference replay answers with, taken from the upstream's GET. */
+const CURRENT_BODY_HEADERS = ['content-type', 'content-length', 'content-encoding', 'etag', 'last-modified'] as const;
+
+/**
+ * A duplicate answered from a reference record: the original status and
+ * stored headers (those describing the original body left out), the current
+ * body streamed from the upstream's GET with its own body headers,
+ * Idempotent-Replayed. A body that breaks off cuts the response.
+ */
+export async function respondReference(
+  res: ServerResponse, d: Dialect, stored: StoredResponse, requestId: string, key: string | null, echo: boolean,
+  current: IncomingHttpHeaders, body: Readable,
+): Promise<void> {
+  const flat: string[] = [];
+  const h = stored.headers;
+  const end = replayableEnd(h);
+  for (let i = 0; i < end; i++) {
+    const name = h[i]![0];
+    if (!DESCRIBES_ORIGINAL_BODY.has(name) && name !== 'last-modified') flat.push(name, h[i]![1]);
+  }
+  for (const name of CURRENT_BODY_HEADERS) {
+    const v = current[name];
+    if (typeof v === 'string') flat.push(name, v);
+  }
+  flat.push('idempotent-replayed', 'true', 'x-request-id', requestId, ...d.replayHeaders);
+  if (echo && key !== null && !h.some(([n]) => n === 'idempotency-key')) flat.push('idempotency-key', key);
+  if (res.destroyed) {
+    body.destroy();
+    return;
+  }
+  res.writeHead(stored.status, flat);
+  try {
+    await pipeline(body, res);
+  } catch {
+    res.destroy(); // the client never sees a short body as complete
+  }
 }

@@ -29,6 +29,8 @@ export interface CompiledRoute {
   readonly dialect: Dialect;
   /** keyScope: tenantAndPath — the request path is part of the key's scope. */
   readonly scopePath: boolean;
+  /** record: reference — a 2xx answer with a same-origin Location is stored as a reference (src/proxy/reference.ts). */
+  readonly reference: boolean;
 }
 
 interface Entry {
@@ -57,6 +59,7 @@ export class Router {
         storeHeader: compileStoredHeaders(policy.storeHeaders, policy.dropHeaders),
         dialect: dialectFor(policy.errorFormat),
         scopePath: policy.keyScope === 'tenantAndPath',
+        reference: policy.record === 'reference',
       };
       entries.push({
         methods: policy.match.methods === null ? null : new Set(policy.match.methods),

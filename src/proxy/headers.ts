@@ -29,6 +29,21 @@ export const CLAIM_HEADER = 'idempotency-claim';
  */
 export const TRACE_RECORD_HEADER = 'idempotency-proxy-trace';
 
+/**
+ * The reserved header a reference record keeps (before the trace entry, if
+ * any): the path on the upstream that its Location resolved to, which a
+ * replay GETs (src/proxy/reference.ts, docs/storage.md). Never replayed.
+ */
+export const REFERENCE_RECORD_HEADER = 'idempotency-proxy-reference';
+
+/** Where a record's headers for the client end: before the reserved entries kept last (reference, then trace). */
+export function replayableEnd(h: ReadonlyArray<readonly [string, string]>): number {
+  let n = h.length;
+  if (n > 0 && h[n - 1]![0] === TRACE_RECORD_HEADER) n--;
+  if (n > 0 && h[n - 1]![0] === REFERENCE_RECORD_HEADER) n--;
+  return n;
+}
+
 /** Never stored: framing headers are recomputed on replay, Date is per response. */
 export const NEVER_STORED: ReadonlySet<string> = new Set(['content-length', 'date', 'set-cookie', 'idempotent-replayed']);
 
@@ -41,8 +56,8 @@ export function compileStoredHeaders(add: readonly string[], drop: readonly stri
   const added = new Set(add);
   const dropped = new Set(drop);
   return (name) => {
-    // The reserved trace header is the proxy's own: an upstream's header of that name is never stored.
-    if (HOP_BY_HOP.has(name) || name === 'content-length' || name === TRACE_RECORD_HEADER) return false;
+    // The reserved headers are the proxy's own: an upstream's header of that name is never stored.
+    if (HOP_BY_HOP.has(name) || name === 'content-length' || name === TRACE_RECORD_HEADER || name === REFERENCE_RECORD_HEADER) return false;
     if (dropped.has(name)) return false;
     if (added.has(name)) return true;
     return !NEVER_STORED.has(name) && !PER_REQUEST_IDS.has(name);
