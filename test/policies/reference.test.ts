@@ -13,7 +13,7 @@ import { REFERENCE_RECORD_HEADER, TRACE_RECORD_HEADER } from '../../src/proxy/he
 import { decode, encodeComplete } from '../../src/store/cache-codec.js';
 import { ADMIN_URL, createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
-import { startTestProxy } from '../helpers/proxy.js';
+import { runCli, startTestProxy } from '../helpers/proxy.js';
 import { deletePrefix, sharedRedis, uniquePrefix } from '../helpers/redis.js';
 import { startUpstream, type Received, type TestUpstream } from '../helpers/upstream.js';
 import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts, claimCount } from '../cache/helpers/proxy.js';
@@ -171,6 +171,12 @@ describe('record: reference (PostgreSQL)', () => {
     const list = await send(`${proxy.adminUrl}/admin/keys?route=orders`, { method: 'GET' });
     const keys = (list.json() as { keys: Array<{ key: string; record: string }> }).keys;
     assert.equal(keys.find((k) => k.key === 'ref-1')?.record, 'reference');
+    const cli = await runCli(['keys', 'show', '--database-url', db.url, '--tenant-id', await tenantOf('ref-1'), '--key', 'ref-1']);
+    assert.equal(cli.code, 0, cli.stderr);
+    const shown = JSON.parse(cli.stdout) as { record: string; reference: string; responseHeaders: Array<[string, string]> };
+    assert.equal(shown.record, 'reference');
+    assert.equal(shown.reference, '/orders/1');
+    assert.ok(!shown.responseHeaders.some(([n]) => n === REFERENCE_RECORD_HEADER));
   });
 
   async function tenantOf(key: string): Promise<string> {
