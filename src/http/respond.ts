@@ -151,7 +151,8 @@ export async function respondReference(
   flat.push('idempotent-replayed', 'true', 'x-request-id', requestId, ...d.replayHeaders);
   if (echo && key !== null && !h.some(([n]) => n === 'idempotency-key')) flat.push('idempotency-key', key);
   if (res.destroyed) {
-    body.destroy();
+    // The client left: drop the GET (undici reports the abort as an error on the body).
+    body.on('error', () => {}).destroy();
     return;
   }
   res.writeHead(stored.status, flat);

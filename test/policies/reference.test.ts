@@ -18,6 +18,8 @@ import { deletePrefix, sharedRedis, uniquePrefix } from '../helpers/redis.js';
 import { startUpstream, type Received, type TestUpstream } from '../helpers/upstream.js';
 import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts, claimCount } from '../cache/helpers/proxy.js';
 import { problemType } from './support.js';
+import { sleep } from '../helpers/wait.js';
+import { request } from 'undici';
 
 const YAML = `
 routes:
@@ -31,7 +33,7 @@ interface Order { id: number; state: string; version: number }
 /** An order service: POST creates (201 + Location), PATCH changes, GET shows; `getMode` breaks the GET of one order. */
 function orderService() {
   const orders = new Map<number, Order>();
-  const getMode = new Map<number, 'fail' | 'reset' | 'gone'>();
+  const getMode = new Map<number, 'fail' | 'reset' | 'gone' | 'slow' | 'trickle'>();
   let next = 1;
   const json = (res: import('node:http').ServerResponse, status: number, o: Order, extra: Record<string, string> = {}): void => {
     const body = JSON.stringify(o);
@@ -42,7 +44,7 @@ function orderService() {
     });
     res.end(body);
   };
-  const responder = (req: Received, _n: number, res: import('node:http').ServerResponse): void => {
+  const responder = async (req: Received, _n: number, res: import('node:http').ServerResponse): Promise<void> => {
     const url = new URL(req.url, 'http://x');
     const id = Number(url.pathname.split('/')[2]);
     if (req.method === 'POST') {
@@ -66,6 +68,14 @@ function orderService() {
       return json(res, 200, o);
     }
     const mode = getMode.get(id);
+    if (mode === 'slow') await sleep(400);
+    if (mode === 'trickle') {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"id":');
+      await sleep(400);
+      res.end(`${o.id}}`);
+      return;
+    }
     if (mode === 'reset') return void res.socket?.destroy();
     if (mode === 'fail') {
       res.writeHead(503, { 'content-type': 'text/plain' });
@@ -220,6 +230,25 @@ describe('record: reference (PostgreSQL)', () => {
     assert.equal(retry.status, 409);
     assert.ok(retry.body.equals(first.body));
     assert.equal((await row('ref-409')).body_retained, true);
+  });
+
+  test('a client that leaves while the GET runs changes nothing: the proxy goes on, the next retry replays', async () => {
+    const first = await send(`${proxy.url}/orders`, { headers: headersFor('ref-leave'), body: '{}' });
+    const id = (first.json() as Order).id;
+    for (const mode of ['slow', 'trickle'] as const) {
+      // Gone before the GET answers, then while its answer is being relayed.
+      svc.getMode.set(id, mode);
+      const wait = 150;
+      await assert.rejects(request(`${proxy.url}/orders`, {
+        method: 'POST', headers: headersFor('ref-leave'), body: '{}', signal: AbortSignal.timeout(wait),
+      }).then((r) => r.body.text()));
+    }
+    await sleep(500);
+    svc.getMode.delete(id);
+    const retry = await send(`${proxy.url}/orders`, { headers: headersFor('ref-leave'), body: '{}' });
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers['idempotent-replayed'], 'true');
+    assert.equal(upstream.received.filter((r) => r.method === 'POST' && r.headers['idempotency-key'] === 'ref-leave').length, 1, 'the POST executed once');
   });
 
   test('the GET failing: 502 reference-unavailable with Retry-After, the key stays complete, nothing re-executes; once it answers again, the replay works', async () => {
