@@ -1,6 +1,4 @@
-import { STATUS_CODES, type IncomingHttpHeaders, type ServerResponse } from 'node:http';
-import type { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
+import { STATUS_CODES, type ServerResponse } from 'node:http';
 import { replayableEnd, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import { problemDialect, type Dialect } from './dialects.js';
@@ -125,18 +123,16 @@ export function respondReplay(res: ServerResponse, d: Dialect, stored: StoredRes
 }
 
 /** The headers of the current body a reference replay answers with, taken from the upstream's GET. */
-const CURRENT_BODY_HEADERS = ['content-type', 'content-length', 'content-encoding', 'etag', 'last-modified'] as const;
+const CURRENT_BODY_HEADERS: ReadonlySet<string> = new Set(['content-type', 'content-length', 'content-encoding', 'etag', 'last-modified']);
 
 /**
- * A duplicate answered from a reference record: the original status and
- * stored headers (those describing the original body left out), the current
- * body streamed from the upstream's GET with its own body headers,
- * Idempotent-Replayed. A body that breaks off cuts the response.
+ * The head of a duplicate answered from a reference record: the original
+ * status and stored headers (those describing the original body left out),
+ * the body headers of the upstream's GET (its raw header lines), and
+ * Idempotent-Replayed. The GET's body follows it (src/proxy/reference.ts
+ * relays it).
  */
-export async function respondReference(
-  res: ServerResponse, d: Dialect, stored: StoredResponse, requestId: string, key: string | null, echo: boolean,
-  current: IncomingHttpHeaders, body: Readable,
-): Promise<void> {
+export function referenceReplayHead(d: Dialect, stored: StoredResponse, requestId: string, key: string | null, echo: boolean, current: readonly Buffer[]): string[] {
   const flat: string[] = [];
   const h = stored.headers;
   const end = replayableEnd(h);
@@ -144,21 +140,11 @@ export async function respondReference(
     const name = h[i]![0];
     if (!DESCRIBES_ORIGINAL_BODY.has(name) && name !== 'last-modified') flat.push(name, h[i]![1]);
   }
-  for (const name of CURRENT_BODY_HEADERS) {
-    const v = current[name];
-    if (typeof v === 'string') flat.push(name, v);
+  for (let i = 0; i < current.length; i += 2) {
+    const name = current[i]!.toString('latin1').toLowerCase();
+    if (CURRENT_BODY_HEADERS.has(name)) flat.push(name, current[i + 1]!.toString('latin1'));
   }
   flat.push('idempotent-replayed', 'true', 'x-request-id', requestId, ...d.replayHeaders);
   if (echo && key !== null && !h.some(([n]) => n === 'idempotency-key')) flat.push('idempotency-key', key);
-  if (res.destroyed) {
-    // The client left: drop the GET (undici reports the abort as an error on the body).
-    body.on('error', () => {}).destroy();
-    return;
-  }
-  res.writeHead(stored.status, flat);
-  try {
-    await pipeline(body, res);
-  } catch {
-    res.destroy(); // the client never sees a short body as complete
-  }
+  return flat;
 }

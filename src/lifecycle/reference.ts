@@ -1,7 +1,7 @@
 import type { Dialect } from '../http/dialects.js';
 import { Problems } from '../http/problems.js';
-import { respondReference } from '../http/respond.js';
-import { credentialHeader, fetchReference } from '../proxy/reference.js';
+import { referenceReplayHead } from '../http/respond.js';
+import { credentialHeader, relayReference } from '../proxy/reference.js';
 import type { StoredResponse } from '../store/records.js';
 import { endChild } from '../tracing/spans.js';
 import type { RequestContext } from './context.js';
@@ -24,14 +24,22 @@ export async function replayReference(
   deps: LifecycleDeps, ctx: RequestContext, stored: StoredResponse, path: string, dialect: Dialect, echo: boolean,
 ): Promise<ProblemVerdict | null> {
   const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'reference');
-  const got = await fetchReference(deps.upstream, path, ctx.req.headers, credentialHeader(ctx.plan!.policy.tenant), ctx.requestId);
-  if (span !== null) endChild(span, got.kind === 'failed' ? got.error : undefined);
+  const got = await relayReference(deps.upstream, path, ctx.req.headers, credentialHeader(ctx.plan!.policy.tenant), ctx.requestId, ctx.res,
+    (current) => ({ status: stored.status, headers: referenceReplayHead(dialect, stored, ctx.requestId, ctx.key, echo, current) }));
+  if (span !== null) endChild(span, got.kind === 'failed' || got.kind === 'cut' ? got.error : undefined);
   const extra = { originalStatus: stored.status };
   switch (got.kind) {
-    case 'ok':
+    case 'relayed':
+    case 'client_left':
       ctx.outcome = 'replayed';
       ctx.status = stored.status;
-      await respondReference(ctx.res, dialect, stored, ctx.requestId, ctx.key, echo, got.headers, got.body);
+      if (got.kind === 'client_left') ctx.detail = 'the client left during the reference replay';
+      return null;
+    case 'cut':
+      // The current body broke off after the status line went out: the client sees a cut response, never a short one as complete.
+      ctx.outcome = 'upstream_error';
+      ctx.status = stored.status;
+      ctx.detail = `reference ${path}: ${got.error.message}`;
       return null;
     case 'status':
       if (got.status === 404 || got.status === 410) {

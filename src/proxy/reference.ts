@@ -1,8 +1,9 @@
-import type { IncomingHttpHeaders } from 'node:http';
-import type { Readable } from 'node:stream';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
 import type { TenantSource } from '../config/types.js';
 import type { StoredResponse } from '../store/records.js';
 import { REFERENCE_RECORD_HEADER, TRACE_RECORD_HEADER } from './headers.js';
+import { RelayHandler, type RelaySink } from './relay-handler.js';
 import { classify, type Upstream, type UpstreamError } from './upstream.js';
 
 // Reference records (`record: reference`, docs/storage.md, Record kinds): a
@@ -72,30 +73,89 @@ export function credentialHeader(tenant: TenantSource): string | null {
   return tenant.kind === 'fromHeader' || tenant.kind === 'fromHeaderHash' ? tenant.header : null;
 }
 
-/** What GET <reference> returned: a 2xx with its body to stream, another status (its body discarded), or a failed exchange. */
+/** How GET <reference> ended: its 2xx answer relayed (or cut, or the client left), another status (its body discarded), or no answer. */
 export type Fetched =
-  | { readonly kind: 'ok'; readonly headers: IncomingHttpHeaders; readonly body: Readable }
+  | { readonly kind: 'relayed' }
+  | { readonly kind: 'client_left' }
+  | { readonly kind: 'cut'; readonly error: UpstreamError }
   | { readonly kind: 'status'; readonly status: number }
   | { readonly kind: 'failed'; readonly error: UpstreamError };
+
+/** The head of the replay for a 2xx GET answer: the replay's status and headers, from the GET's raw header lines. */
+export type ReferenceHead = (current: readonly Buffer[]) => { readonly status: number; readonly headers: string[] };
+
+/**
+ * The GET's dispatch handler: a 2xx answer goes to the client through a
+ * RelayHandler (straight into the response, with backpressure) under the
+ * head `head` builds; any other status is read and dropped.
+ */
+class ReferenceHandler implements Dispatcher.DispatchHandler, RelaySink<null> {
+  private relay: RelayHandler<null> | null = null;
+  private abort: ((err?: Error) => void) | null = null;
+  private status = 0;
+
+  constructor(private readonly res: ServerResponse, private readonly replayHead: ReferenceHead, private readonly done: (f: Fetched) => void) {}
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abort = abort;
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    if (statusCode < 200) return true;
+    if (statusCode > 299) {
+      this.status = statusCode;
+      return true;
+    }
+    const h = this.replayHead(rawHeaders);
+    const relay = (this.relay = new RelayHandler(this.res, this, null));
+    relay.onConnect(this.abort!);
+    return relay.start(h.status, h.headers, resume);
+  }
+
+  onData(chunk: Buffer): boolean {
+    return this.relay === null ? true : this.relay.onData(chunk);
+  }
+
+  onComplete(): void {
+    if (this.relay !== null) this.relay.onComplete();
+    else this.done({ kind: 'status', status: this.status });
+  }
+
+  onError(err: Error): void {
+    if (this.relay !== null) this.relay.onError(err);
+    else this.done({ kind: 'failed', error: classify(err) });
+  }
+
+  // RelaySink: the relayed answer ended.
+  head(): void {}
+
+  end(_: null, error: UpstreamError | null, clientLeft: boolean): void {
+    this.done(error !== null ? { kind: 'cut', error } : clientLeft ? { kind: 'client_left' } : { kind: 'relayed' });
+  }
+}
 
 /**
  * GET `path` from the upstream with the duplicate's credential header (the
  * one its tenant came from: same tenant, same value), its Accept, and the
- * replay's request id. upstream.timeout bounds the headers and each pause in
- * the body (the pool's timeouts). Redirects are not followed.
+ * replay's request id; a 2xx answer is relayed into `res` under `head`.
+ * undici's headers and body timeouts (upstream.timeout each) bound it.
+ * Redirects are not followed.
  */
-export async function fetchReference(upstream: Upstream, path: string, req: IncomingHttpHeaders, credential: string | null, requestId: string): Promise<Fetched> {
+export function relayReference(
+  upstream: Upstream, path: string, req: IncomingHttpHeaders, credential: string | null, requestId: string,
+  res: ServerResponse, head: ReferenceHead,
+): Promise<Fetched> {
   const headers: string[] = ['x-request-id', requestId];
   const cred = credential === null ? undefined : req[credential];
   if (typeof cred === 'string') headers.push(credential!, cred);
   const accept = req.accept;
   if (accept !== undefined) headers.push('accept', accept);
-  try {
-    const r = await upstream.pool.request({ origin: upstream.origin, path, method: 'GET', headers });
-    if (r.statusCode >= 200 && r.statusCode <= 299) return { kind: 'ok', headers: r.headers as IncomingHttpHeaders, body: r.body };
-    await r.body.dump().catch(() => {});
-    return { kind: 'status', status: r.statusCode };
-  } catch (err) {
-    return { kind: 'failed', error: classify(err) };
-  }
+  return new Promise<Fetched>((resolve) => {
+    const handler = new ReferenceHandler(res, head, resolve);
+    try {
+      upstream.pool.dispatch({ origin: upstream.origin, path, method: 'GET', headers }, handler);
+    } catch (err) {
+      handler.onError(err as Error);
+    }
+  });
 }

@@ -33,7 +33,7 @@ interface Order { id: number; state: string; version: number }
 /** An order service: POST creates (201 + Location), PATCH changes, GET shows; `getMode` breaks the GET of one order. */
 function orderService() {
   const orders = new Map<number, Order>();
-  const getMode = new Map<number, 'fail' | 'reset' | 'gone' | 'slow' | 'trickle'>();
+  const getMode = new Map<number, 'fail' | 'reset' | 'gone' | 'slow' | 'trickle' | 'break'>();
   let next = 1;
   const json = (res: import('node:http').ServerResponse, status: number, o: Order, extra: Record<string, string> = {}): void => {
     const body = JSON.stringify(o);
@@ -69,6 +69,13 @@ function orderService() {
     }
     const mode = getMode.get(id);
     if (mode === 'slow') await sleep(400);
+    if (mode === 'break') {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' });
+      res.write('{"id":');
+      await sleep(50);
+      res.socket?.destroy();
+      return;
+    }
     if (mode === 'trickle') {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.write('{"id":');
@@ -271,6 +278,12 @@ describe('record: reference (PostgreSQL)', () => {
       assert.equal(r.headers['idempotent-replayed'], undefined, 'a problem, not a replay');
       assert.equal((await row('ref-fail')).state, 'complete', 'the key stays complete');
     }
+    assert.equal(posts(path), postsBefore, 'never re-executed');
+
+    // The current body breaks off after the status line went out: the client never sees a short body as complete.
+    svc.getMode.set(id, 'break');
+    await assert.rejects(send(`${proxy.url}/orders`, { headers: headersFor('ref-fail'), body: '{"amount":5}' }));
+    assert.equal((await row('ref-fail')).state, 'complete');
     assert.equal(posts(path), postsBefore, 'never re-executed');
 
     svc.getMode.delete(id);
