@@ -2,112 +2,22 @@
 // as status and headers with a reference; a replay GETs the Location from the
 // upstream (with the tenant's credential header) and answers the original
 // status with the resource's CURRENT body. The operation never runs twice,
-// whatever the GET gives. Real PostgreSQL, Redis and an order service over HTTP.
+// whatever the GET gives. Real PostgreSQL and an order service over HTTP;
+// the Redis cache and tracing: reference-cache.test.ts.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Redis } from 'ioredis';
+import { request } from 'undici';
 import type { RunningProxy } from '../../src/app.js';
 import { ConfigError } from '../../src/config/errors.js';
 import { loadConfig } from '../../src/config/load.js';
-import { REFERENCE_RECORD_HEADER, TRACE_RECORD_HEADER } from '../../src/proxy/headers.js';
-import { decode, encodeComplete } from '../../src/store/cache-codec.js';
-import { ADMIN_URL, createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
-import { send, type Reply } from '../helpers/http.js';
+import { REFERENCE_RECORD_HEADER } from '../../src/proxy/headers.js';
+import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
+import { send } from '../helpers/http.js';
 import { runCli, startTestProxy } from '../helpers/proxy.js';
-import { deletePrefix, sharedRedis, uniquePrefix } from '../helpers/redis.js';
 import { startUpstream, type Received, type TestUpstream } from '../helpers/upstream.js';
-import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts, claimCount } from '../cache/helpers/proxy.js';
-import { problemType } from './support.js';
 import { sleep } from '../helpers/wait.js';
-import { request } from 'undici';
-
-const YAML = `
-routes:
-  - name: orders
-    match: { path: "/orders/**" }
-    record: reference
-`;
-
-interface Order { id: number; state: string; version: number }
-
-/** An order service: POST creates (201 + Location), PATCH changes, GET shows; `getMode` breaks the GET of one order. */
-function orderService() {
-  const orders = new Map<number, Order>();
-  const getMode = new Map<number, 'fail' | 'reset' | 'gone' | 'slow' | 'trickle' | 'break'>();
-  let next = 1;
-  const json = (res: import('node:http').ServerResponse, status: number, o: Order, extra: Record<string, string> = {}): void => {
-    const body = JSON.stringify(o);
-    res.writeHead(status, {
-      'content-length': String(Buffer.byteLength(body)),
-      'content-type': 'application/json', etag: `"v${o.version}"`, 'last-modified': new Date(1_700_000_000_000 + o.version * 1000).toUTCString(),
-      'x-order-service': 'yes', ...extra,
-    });
-    res.end(body);
-  };
-  const responder = async (req: Received, _n: number, res: import('node:http').ServerResponse): Promise<void> => {
-    const url = new URL(req.url, 'http://x');
-    const id = Number(url.pathname.split('/')[2]);
-    if (req.method === 'POST') {
-      const o: Order = { id: next++, state: 'new', version: 1 };
-      orders.set(o.id, o);
-      const kind = url.searchParams.get('location');
-      if (kind === 'none') return json(res, 201, o);
-      if (kind === 'other-origin') return json(res, 201, o, { location: `http://127.0.0.1:1/orders/${o.id}` });
-      if (kind === 'error') return json(res, 409, o, { location: `/orders/${o.id}` });
-      if (kind === 'absolute') return json(res, 201, o, { location: `${origin}/orders/${o.id}?view=full` });
-      return json(res, 201, o, { location: `/orders/${o.id}` });
-    }
-    const o = orders.get(id);
-    if (o === undefined) {
-      res.writeHead(404, { 'content-type': 'text/plain' });
-      res.end('no such order');
-      return;
-    }
-    if (req.method === 'PATCH') {
-      Object.assign(o, JSON.parse(req.body.toString()) as Partial<Order>, { version: o.version + 1 });
-      return json(res, 200, o);
-    }
-    const mode = getMode.get(id);
-    if (mode === 'slow') await sleep(400);
-    if (mode === 'break') {
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' });
-      res.write('{"id":');
-      await sleep(50);
-      res.socket?.destroy();
-      return;
-    }
-    if (mode === 'trickle') {
-      res.writeHead(200, { 'content-type': 'application/json' });
-      res.write('{"id":');
-      await sleep(400);
-      res.end(`${o.id}}`);
-      return;
-    }
-    if (mode === 'reset') return void res.socket?.destroy();
-    if (mode === 'fail') {
-      res.writeHead(503, { 'content-type': 'text/plain' });
-      res.end('down for maintenance');
-      return;
-    }
-    if (mode === 'gone') {
-      res.writeHead(410, { 'content-type': 'text/plain' });
-      res.end('deleted');
-      return;
-    }
-    json(res, 200, o);
-  };
-  let origin = '';
-  return { orders, getMode, responder, setOrigin: (o: string) => { origin = o; } };
-}
-
-const AUTH = 'Bearer sk_test_reference';
-const headersFor = (key: string): Record<string, string> => ({ 'idempotency-key': key, authorization: AUTH, 'content-type': 'application/json' });
-
-function assertNoReserved(r: Reply): void {
-  for (const name of Object.keys(r.headers)) {
-    assert.ok(name !== REFERENCE_RECORD_HEADER && name !== TRACE_RECORD_HEADER, `reserved header ${name} reached the client`);
-  }
-}
+import { AUTH, YAML, assertNoReserved, headersFor, orderService, type Order } from './reference-service.js';
+import { problemType } from './support.js';
 
 describe('record: reference (PostgreSQL)', () => {
   let db: TestDatabase;
@@ -300,78 +210,6 @@ describe('record: reference (PostgreSQL)', () => {
     assert.equal((gone.json() as { retryable: boolean }).retryable, false);
     assert.equal(posts(path), postsBefore, 'still never re-executed');
     assertNoReserved(gone);
-  });
-});
-
-describe('record: reference served from the Redis cache', () => {
-  let db: TestDatabase;
-  let upstream: TestUpstream;
-  let proxy: RunningProxy;
-  let redis: Redis;
-  const prefix = uniquePrefix();
-  const svc = orderService();
-
-  before(async () => {
-    redis = await sharedRedis();
-    db = await createTestDatabase();
-    upstream = await startUpstream(svc.responder);
-    proxy = await startTestProxy({
-      upstream: upstream.url, databaseUrl: db.url, redisUrl: 'redis://127.0.0.1:6379', yaml: YAML,
-      start: { redisCache: { prefix, commandTimeoutMs: LOADED_MACHINE_TIMEOUT_MS } },
-    });
-  });
-
-  after(async () => {
-    await proxy?.close();
-    await upstream?.close();
-    if (redis !== undefined) {
-      await deletePrefix(redis, prefix);
-      redis.disconnect();
-    }
-    await db?.drop();
-  });
-
-  test('the cache holds the reference; the replay fetches the current body without PostgreSQL', async () => {
-    const first = await send(`${proxy.url}/orders`, { headers: headersFor('ref-cache'), body: '{"amount":2}' });
-    assert.equal(first.status, 201);
-    const id = (first.json() as Order).id;
-    // The PATCH goes to the upstream directly: PostgreSQL is about to be blocked.
-    await send(`${upstream.url}/orders/${id}`, { method: 'PATCH', body: '{"state":"paid"}' });
-
-    await sql(ADMIN_URL, `ALTER DATABASE ${db.name} ALLOW_CONNECTIONS false`);
-    try {
-      await sql(ADMIN_URL, 'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1', [db.name]);
-      const hits = (await cacheCounts(proxy.metrics)).hit;
-      const claims = await claimCount(proxy.metrics);
-      const retry = await send(`${proxy.url}/orders`, { headers: headersFor('ref-cache'), body: '{"amount":2}' });
-      assert.equal(retry.status, 201);
-      assert.equal(retry.headers['idempotent-replayed'], 'true');
-      assert.deepEqual(retry.json(), { id, state: 'paid', version: 2 });
-      assertNoReserved(retry);
-      assert.equal((await cacheCounts(proxy.metrics)).hit, hits + 1, 'a cache hit');
-      assert.equal(await claimCount(proxy.metrics), claims, 'no claim statement ran');
-    } finally {
-      await sql(ADMIN_URL, `ALTER DATABASE ${db.name} ALLOW_CONNECTIONS true`);
-    }
-    assert.equal(upstream.received.filter((r) => r.method === 'POST').length, 1, 'the POST executed once');
-    assert.equal(upstream.received.filter((r) => r.method === 'GET').at(-1)!.headers.authorization, AUTH);
-  });
-
-  test('the cache codec keeps the reserved entries of a reference record', () => {
-    const rec = {
-      status: 201,
-      headers: [['location', '/orders/7'], [REFERENCE_RECORD_HEADER, '/orders/7'], [TRACE_RECORD_HEADER, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01']] as Array<[string, string]>,
-      body: Buffer.alloc(0),
-      bodyRetained: false,
-      bodySize: 42,
-    };
-    const fp = Buffer.alloc(32, 7);
-    const hit = decode(encodeComplete(fp, rec, Date.now() + 60_000), Date.now());
-    assert.ok(hit !== null && hit.kind === 'complete');
-    assert.deepEqual(hit.response.headers, rec.headers);
-    assert.equal(hit.response.bodyRetained, false);
-    assert.equal(hit.response.bodySize, 42);
-    assert.equal(hit.response.body.length, 0);
   });
 });
 
