@@ -11,6 +11,7 @@ const TESTS = [
   'test/store/statement-plans.test.js',
   'test/store/migrate.test.js',
   'test/store/co-commit.test.js',
+  'test/store/probe-state.test.js',
   'test/core/concurrency.test.js',
   'test/core/store-contention.test.js',
   'test/core/replay.test.js',

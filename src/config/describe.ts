@@ -94,13 +94,20 @@ function describeRoute(route: RoutePolicy, index: number, count: number): string
       ['errors', byProfile(route, ['errorFormat'], ERROR_FORMATS[route.errorFormat])],
       ['echo key', byProfile(route, ['echoKey'], route.echoKey ? 'Idempotency-Key on every answer to a keyed request' : 'no')],
       ['unknown outcome', route.onUnknownOutcome === 'store' ? 'store the 502/504 answer' : 'release the key'],
-      ['expired lease', route.onExpiredLease === 'reexecute' ? 're-execute' : 'fail (409 until purged or expired)'],
+      ['expired lease', expiredLeaseText(route)],
       ['store error', route.onStoreError === 'fail' ? '503 (fail closed)' : 'forward without deduplication'],
       ['request body', `up to ${formatSize(route.maxBodyBytes)} (413 above)`],
       ['stored body', `up to ${formatSize(route.maxStoredResponseBytes)} (larger bodies are not retained)${route.record === 'reference' ? '; a 2xx answer with a Location on the upstream: a reference (replays GET it)' : ''}`],
       ['stored headers', storedHeadersText(route)],
     ]),
   ];
+}
+
+function expiredLeaseText(route: RoutePolicy): string {
+  if (route.onExpiredLease === 'reexecute') return 're-execute';
+  if (route.onExpiredLease === 'fail') return 'fail (409 until purged or expired)';
+  const p = route.outcomeProbe!;
+  return `probe: ${p.method} ${p.path} (2xx replayed, 404 re-executed, else 409)`;
 }
 
 /** A human-readable summary of `config`; safe to print (no secrets). */

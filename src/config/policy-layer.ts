@@ -4,7 +4,7 @@
 // concern a single field are made here; checks across fields after merging.
 
 import { METHODS } from 'node:http';
-import type { ErrorFormat, KeyScope, RecordMode, KeySource, Mode, Profile, ReleaseOn, StatusClass, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, TenantSource } from './types.js';
+import type { ErrorFormat, KeyScope, KeySource, Mode, Profile, RecordMode, ReleaseOn, StatusClass, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, OutcomeProbe, TenantSource } from './types.js';
 import type { Issues, Path } from './issues.js';
 import { parseDuration, parseSize } from './units.js';
 
@@ -27,6 +27,7 @@ export interface PolicyLayer {
   waitMs?: number;
   onUnknownOutcome?: OnUnknownOutcome;
   onExpiredLease?: OnExpiredLease;
+  outcomeProbe?: OutcomeProbe;
   onStoreError?: OnStoreError;
   storeHeaders?: string[];
   dropHeaders?: string[];
@@ -171,6 +172,30 @@ function readReleaseOn(value: unknown): ReleaseOn[] | undefined {
   return unique(out);
 }
 
+const PROBE_METHODS: readonly string[] = ['GET', 'HEAD'];
+
+/**
+ * outcomeProbe: { method, path }. The probe only asks: GET or HEAD. The path
+ * is origin-form (it may carry a query) and names the key as `{key}`, the one
+ * placeholder there is.
+ */
+function readOutcomeProbe(raw: Raw, base: Path, issues: Issues): OutcomeProbe | undefined {
+  const probe = raw.outcomeProbe;
+  if (!isRecord(probe) || typeof probe.method !== 'string' || typeof probe.path !== 'string') return undefined;
+  const at = [...base, 'outcomeProbe'];
+  const method = probe.method.toUpperCase();
+  if (!PROBE_METHODS.includes(method)) {
+    issues.add([...at, 'method'], `must be GET or HEAD (the probe asks whether the operation ran; it must change nothing); got ${JSON.stringify(probe.method)}`);
+  }
+  const path = probe.path;
+  if (!path.startsWith('/') || /[\s#]/.test(path)) {
+    issues.add([...at, 'path'], `must be a path starting with "/", without spaces or a fragment (e.g. /v1/orders/by-idempotency-key/{key}); got ${JSON.stringify(path)}`);
+  } else if (/[{}]/.test(path.replaceAll('{key}', ''))) {
+    issues.add([...at, 'path'], `{key} is the only placeholder (the URL-encoded key); got ${JSON.stringify(path)}`);
+  }
+  return { method: method as OutcomeProbe['method'], path };
+}
+
 /** Reads one policy layer; `raw` may still contain values the schema rejected. */
 export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): PolicyLayer {
   const r: Raw = isRecord(raw) ? raw : {};
@@ -195,7 +220,8 @@ export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): Polic
     onInFlight: oneOf(r.onInFlight, ['conflict', 'wait'] as const),
     waitMs: unit(r, 'waitTimeout', base, issues, parseDuration),
     onUnknownOutcome: oneOf(r.onUnknownOutcome, ['store', 'release'] as const),
-    onExpiredLease: oneOf(r.onExpiredLease, ['reexecute', 'fail'] as const),
+    onExpiredLease: oneOf(r.onExpiredLease, ['reexecute', 'fail', 'probe'] as const),
+    outcomeProbe: readOutcomeProbe(r, base, issues),
     onStoreError: oneOf(r.onStoreError, ['fail', 'passthrough'] as const),
     storeHeaders: readStoreHeaders(r, base, issues),
     dropHeaders: headers(r.dropHeaders),

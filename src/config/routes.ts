@@ -32,6 +32,7 @@ export const BUILTIN_POLICY: Resolved = {
   waitMs: 5_000,
   onUnknownOutcome: 'store',
   onExpiredLease: 'reexecute',
+  outcomeProbe: null,
   onStoreError: 'fail',
   storeHeaders: [],
   dropHeaders: [],
@@ -133,9 +134,24 @@ function crossCheck(m: Merge, p: Resolved, match: RoutePolicy['match'], issues: 
   for (const header of p.storeHeaders) {
     if (p.dropHeaders.includes(header)) issues.add(m.blame('dropHeaders', 'storeHeaders'), `${header} is in both storeHeaders and dropHeaders`);
   }
+  probeCheck(m, p, issues);
   if (p.mode !== 'passthrough' && match.methods !== null && !match.methods.some((x) => p.methods.includes(x))) {
     const at = m.setInRoute('methods') ? m.blame('methods') : [...m.routePath, 'match', 'methods'];
     issues.add(at, `none of match.methods (${match.methods.join(', ')}) is in methods (${p.methods.join(', ')}), so this route never deduplicates: set methods, or mode: passthrough`);
+  }
+}
+
+/**
+ * onExpiredLease: probe needs the probe; a route's own outcomeProbe without
+ * probe would never be sent, which is a mistake worth stopping for (an
+ * outcomeProbe in defaults is checked once every route is resolved).
+ */
+function probeCheck(m: Merge, p: Resolved, issues: Issues): void {
+  if (p.onExpiredLease === 'probe' && p.outcomeProbe === null) {
+    issues.add(m.blame('onExpiredLease'), 'onExpiredLease: probe needs outcomeProbe: { method, path }, the request that asks the upstream whether the operation ran (e.g. { method: GET, path: "/v1/orders/by-idempotency-key/{key}" })');
+  }
+  if (p.onExpiredLease !== 'probe' && m.setInRoute('outcomeProbe')) {
+    issues.add(m.blame('outcomeProbe'), `outcomeProbe is never sent: onExpiredLease is ${p.onExpiredLease}; set onExpiredLease: probe, or remove outcomeProbe`);
   }
 }
 
@@ -179,6 +195,7 @@ function resolvePolicy(route: PolicyLayer, defaults: PolicyLayer, name: string, 
     waitMs: waitSet ? m.take('waitMs') : Math.min(BUILTIN_POLICY.waitMs, leaseMs),
     onUnknownOutcome: m.take('onUnknownOutcome'),
     onExpiredLease: m.take('onExpiredLease'),
+    outcomeProbe: m.take('outcomeProbe') as Resolved['outcomeProbe'],
     onStoreError: m.take('onStoreError'),
     storeHeaders: m.take('storeHeaders'),
     dropHeaders: m.take('dropHeaders'),
@@ -231,5 +248,8 @@ export function resolveRoutes(rawDefaults: unknown, rawRoutes: unknown, issues: 
     if (catchAll === null && isRecord(r.match) && r.match.path === '/**' && match.methods === null) catchAll = index;
     routes.push(resolvePolicy(readPolicyLayer(raw, path, issues), defaults, name, match, issues));
   });
+  if (defaults.outcomeProbe !== undefined && !routes.some((r) => r.onExpiredLease === 'probe')) {
+    issues.add(['defaults', 'outcomeProbe'], 'outcomeProbe is never sent: no route has onExpiredLease: probe; set it, or remove outcomeProbe');
+  }
   return routes;
 }

@@ -62,7 +62,9 @@ function policyProperties(): Record<string, Schema> {
     onInFlight: enumOf('conflict', 'wait'),
     waitTimeout: duration,
     onUnknownOutcome: enumOf('store', 'release'),
-    onExpiredLease: enumOf('reexecute', 'fail'),
+    onExpiredLease: enumOf('reexecute', 'fail', 'probe'),
+    // onExpiredLease: probe (docs/configuration.md): the request that asks the upstream whether the operation ran.
+    outcomeProbe: closed({ method, path: { type: 'string', minLength: 1 } }, { required: ['method', 'path'] }),
     onStoreError: enumOf('fail', 'passthrough'),
     storeHeaders: headerList,
     dropHeaders: headerList,

@@ -5,7 +5,13 @@
 export type Mode = 'enforce' | 'shadow' | 'passthrough';
 export type OnInFlight = 'conflict' | 'wait';
 export type OnUnknownOutcome = 'store' | 'release';
-export type OnExpiredLease = 'reexecute' | 'fail';
+export type OnExpiredLease = 'reexecute' | 'fail' | 'probe';
+/** outcomeProbe: the request that asks the upstream whether an operation ran (onExpiredLease: probe). */
+export interface OutcomeProbe {
+  readonly method: 'GET' | 'HEAD';
+  /** Starts with "/"; `{key}` stands for the URL-encoded key. */
+  readonly path: string;
+}
 export type OnStoreError = 'fail' | 'passthrough';
 /** A releaseOn entry: one status, or a class of them (`5xx`: 500–599). */
 export type StatusClass = '1xx' | '2xx' | '3xx' | '4xx' | '5xx';
@@ -61,6 +67,8 @@ export interface RoutePolicy {
   readonly waitMs: number; // bound for onInFlight: wait
   readonly onUnknownOutcome: OnUnknownOutcome;
   readonly onExpiredLease: OnExpiredLease;
+  /** Set exactly when onExpiredLease is probe (checked at load). */
+  readonly outcomeProbe: OutcomeProbe | null;
   readonly onStoreError: OnStoreError;
   readonly storeHeaders: readonly string[]; // lower-case; added to the stored set
   readonly dropHeaders: readonly string[]; // lower-case; removed from the stored set

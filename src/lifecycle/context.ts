@@ -33,7 +33,7 @@ export class RequestContext {
   status = 0;
   // identify
   body: Buffer = EMPTY;
-  /** Bytes this request holds in the memory budget (its body). */
+  /** Bytes this request holds in the memory budget (its body, and a found outcome probe's answer). */
   buffered = 0;
   tenantId = '';
   key: string | null = null;
@@ -43,6 +43,8 @@ export class RequestContext {
   ownerToken: string | null = null;
   attempt = 0;
   hold: KeyHold | null = null;
+  // probe (onExpiredLease: probe): what the outcome probe said, null when none was sent
+  probe: 'found' | 'absent' | 'failed' | null = null;
   // forward
   exchange: Recording | null = null;
   upstreamError: UpstreamError | null = null;

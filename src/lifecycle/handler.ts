@@ -13,7 +13,7 @@ import { NEXT, problem } from './verdict.js';
 
 // The request lifecycle (docs/lifecycle.md): framing → route, synchronously,
 // then the route's phases (src/lifecycle/plan.ts):
-//   body → identify → lookaside → claim → forward → commit | release → respond
+//   body → identify → lookaside → claim → probe → forward → commit | release → respond
 // A fault no phase expected answers 500 internal-error (or cuts a response
 // already under way); its log line names the phase and the source.
 

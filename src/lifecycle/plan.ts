@@ -7,6 +7,7 @@ import { bodyPhase } from './phases/body.js';
 import { forwardPhase } from './phases/forward.js';
 import { identifyPhase } from './phases/identify.js';
 import { lookasidePhase } from './phases/lookaside.js';
+import { probePhase } from './phases/probe.js';
 import { DurationEstimate } from './estimate.js';
 import { enforce, shadow, type Strategy } from './strategy.js';
 import type { Phase } from './verdict.js';
@@ -36,9 +37,9 @@ export class Plans {
       if (!route.idempotent) continue;
       // Shadow routes skip the lookaside: every request of theirs is claimed and recorded.
       const lookaside = opts.cache && !route.shadow;
-      const phases = lookaside
-        ? [bodyPhase, identifyPhase, lookasidePhase, claimPhase, forwardPhase, commitPhase]
-        : [bodyPhase, identifyPhase, claimPhase, forwardPhase, commitPhase];
+      // onExpiredLease: probe — the probe phase after the claim; shadow routes never probe (they forward every request).
+      const probe = route.probe !== null && !route.shadow;
+      const phases = [bodyPhase, identifyPhase, ...(lookaside ? [lookasidePhase] : []), claimPhase, ...(probe ? [probePhase] : []), forwardPhase, commitPhase];
       this.byRoute.set(route, { route, policy: route.policy, strategy: route.shadow ? shadow : enforce, phases, durations: new DurationEstimate(), dialect: route.dialect });
     }
   }

@@ -9,7 +9,7 @@ import type { LifecycleDeps } from './deps.js';
 // The respond phase (respond.ts) carries out the final one.
 
 /** The phases, in the order a request meets them; the same names in logs, metrics and docs/lifecycle.md. */
-export const PHASE_NAMES = ['framing', 'route', 'body', 'identify', 'lookaside', 'claim', 'forward', 'commit', 'respond'] as const;
+export const PHASE_NAMES = ['framing', 'route', 'body', 'identify', 'lookaside', 'claim', 'probe', 'forward', 'commit', 'respond'] as const;
 export type PhaseName = (typeof PHASE_NAMES)[number];
 
 /** What enforcement would have done, on a shadow route (logged as `shadow`). */

@@ -25,6 +25,8 @@ export interface RequestLine {
   readonly attempt: number;
   readonly released: boolean;
   readonly shadow: string | null;
+  /** The outcome probe's result (found, absent, failed); null when none was sent. */
+  readonly probe: string | null;
   readonly cache: string | null;
   readonly detail: string | null;
   readonly upstreamMs: number;
@@ -89,6 +91,7 @@ export function createRequestLog(logger: Logger): RequestLog {
     if (r.attempt) line += `,"attempt":${r.attempt}`;
     if (r.released) line += ',"released":true';
     if (r.shadow !== null) line += `,"shadow":${q(r.shadow)}`;
+    if (r.probe !== null) line += `,"probe":${q(r.probe)}`;
     if (r.cache !== null) line += `,"cache":"${r.cache}"`;
     if (r.detail !== null) line += `,"detail":${JSON.stringify(r.detail)}`;
     line += `,"ms":${ms3(ms)}`;

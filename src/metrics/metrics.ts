@@ -28,6 +28,8 @@ export interface Metrics {
   readonly leaseLost: FastCounter<'route'>;
   readonly sweeperDeleted: FastCounter;
   readonly shadowDecisions: FastCounter<'route' | 'decision'>;
+  /** Outcome probes sent after a lease takeover (onExpiredLease: probe), by result: found, absent, failed. */
+  readonly probes: FastCounter<'route' | 'result'>;
   readonly failures: FastCounter<'route' | 'phase' | 'source'>;
   readonly batchSize: FastHistogram<'statement'>;
   /** Set by the key census (src/admin/census.ts), not per request. */
@@ -105,6 +107,7 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
     leaseLost: new FastCounter({ name: 'idempotency_proxy_lease_lost_total', help: 'Commits or lease extensions fenced out because the lease was taken over', labelNames: ['route'], registers }),
     sweeperDeleted: new FastCounter({ name: 'idempotency_proxy_sweeper_deleted_total', help: 'Expired records deleted by the sweeper', registers }),
     shadowDecisions: new FastCounter({ name: 'idempotency_proxy_shadow_decisions_total', help: 'What enforcement would have done on shadow routes', labelNames: ['route', 'decision'], registers }),
+    probes: new FastCounter({ name: 'idempotency_proxy_outcome_probes_total', help: 'Outcome probes sent after a lease takeover (onExpiredLease: probe): found (replayed), absent (executed), failed (409 outcome-unknown)', labelNames: ['route', 'result'], registers }),
     failures: new FastCounter({ name: 'idempotency_proxy_failures_total', help: 'Requests that ended in a failure, by the phase where it ended and who failed (store, upstream, internal)', labelNames: ['route', 'phase', 'source'], registers }),
     batchSize: new FastHistogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
     keyCensus: new KeyCensusGauges(registers),

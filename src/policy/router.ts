@@ -4,6 +4,7 @@ import { compileFingerprint, type CompiledFingerprint } from './fingerprint.js';
 import { parsePointer } from './json.js';
 import { compileStoredHeaders } from '../proxy/headers.js';
 import { dialectFor, type Dialect } from '../http/dialects.js';
+import { compileProbe, type CompiledProbe } from '../proxy/probe.js';
 
 // Routes compiled once at startup; the hot path pays a regex test per route
 // until the first match and nothing for features a route does not use.
@@ -29,6 +30,8 @@ export interface CompiledRoute {
   readonly dialect: Dialect;
   /** keyScope: tenantAndPath — the request path is part of the key's scope. */
   readonly scopePath: boolean;
+  /** onExpiredLease: probe — the outcome probe's request (null: the route does not probe). */
+  readonly probe: CompiledProbe | null;
   /** record: reference — a 2xx answer with a same-origin Location is stored as a reference (src/proxy/reference.ts). */
   readonly reference: boolean;
 }
@@ -59,6 +62,7 @@ export class Router {
         storeHeader: compileStoredHeaders(policy.storeHeaders, policy.dropHeaders),
         dialect: dialectFor(policy.errorFormat),
         scopePath: policy.keyScope === 'tenantAndPath',
+        probe: compileProbe(policy),
         reference: policy.record === 'reference',
       };
       entries.push({

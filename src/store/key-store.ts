@@ -7,6 +7,7 @@ import type {
 import { type ClaimRow, byKey, claimTenant } from './tenant-claim.js';
 import { commitOneStatement, commitStatement } from './sql/commit.js';
 import { releaseStatement } from './sql/release.js';
+import { markUnknownStatement } from './sql/mark-unknown.js';
 import { extendStatement } from './sql/extend.js';
 import { getStatement } from './sql/get.js';
 import { purgeStatement } from './sql/purge.js';
@@ -89,6 +90,17 @@ export class KeyStore {
 
   async release(tenantId: string, key: string, ownerToken: string): Promise<void> {
     await this.db.query(releaseStatement, [tenantId, key, ownerToken]);
+  }
+
+  /**
+   * Marks a claimed key outcome_unknown (the outcome probe could not tell
+   * whether the operation ran): every retry gets 409 until an operator
+   * resolves it or its retention ends. Fenced by the owner token; false when
+   * the claim was taken over meanwhile.
+   */
+  async markUnknown(tenantId: string, key: string, ownerToken: string): Promise<boolean> {
+    const rows = await this.db.query(markUnknownStatement, [tenantId, key, ownerToken]);
+    return rows.length === 1;
   }
 
   /** Extends the lease; false when the lease was lost to a takeover. */

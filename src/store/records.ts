@@ -1,6 +1,6 @@
 // What the store hands to the lifecycle: tagged values, never raw rows.
 
-export type OnExpiredLeasePolicy = 'reexecute' | 'fail';
+export type OnExpiredLeasePolicy = 'reexecute' | 'fail' | 'probe';
 
 export interface ClaimRequest {
   readonly tenantId: string;

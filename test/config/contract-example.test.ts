@@ -20,6 +20,7 @@ const inherited: Omit<RoutePolicy, 'name' | 'match' | 'key' | 'required' | 'mode
   waitMs: 5_000,
   onUnknownOutcome: 'store',
   onExpiredLease: 'reexecute',
+  outcomeProbe: null,
   onStoreError: 'fail',
   storeHeaders: [],
   dropHeaders: [],

@@ -119,10 +119,10 @@ test('the request line is what pino writes for the same fields', () => {
   const log = createRequestLog(child);
   log({
     requestId: 'r-1"x', method: 'POST', path: '/v1/pay\u00e9', outcome: 'executed', phase: 'commit', source: 'store', status: 201, tenantId: 't', key: 'k',
-    attempt: 2, released: false, shadow: null, cache: 'miss', detail: 'a "quoted"\nline', upstreamMs: 12.3456, storeMs: 0.5,
+    attempt: 2, released: false, shadow: null, probe: 'found', cache: 'miss', detail: 'a "quoted"\nline', upstreamMs: 12.3456, storeMs: 0.5,
   }, 'payments', 20.1);
   child.info({ requestId: 'r-1"x', route: 'payments', method: 'POST', path: '/v1/pay\u00e9', outcome: 'executed', phase: 'commit', status: 201, source: 'store', key: keyHash('t', 'k'),
-    attempt: 2, cache: 'miss', detail: 'a "quoted"\nline', ms: 20.1, upstreamMs: 12.346, storeMs: 0.5 }, 'request');
+    attempt: 2, probe: 'found', cache: 'miss', detail: 'a "quoted"\nline', ms: 20.1, upstreamMs: 12.346, storeMs: 0.5 }, 'request');
   assert.equal(lines.length, 2);
   const [ours, pinos] = lines.map((l) => l.replace(/"time":\d+/, '"time":0'));
   assert.equal(ours, pinos);

@@ -9,6 +9,7 @@ import { extendStatement } from '../../src/store/sql/extend.js';
 import { getStatement } from '../../src/store/sql/get.js';
 import { purgeStatement } from '../../src/store/sql/purge.js';
 import { releaseStatement } from '../../src/store/sql/release.js';
+import { markUnknownStatement } from '../../src/store/sql/mark-unknown.js';
 import { sweepDeleteStatement } from '../../src/store/sql/sweep.js';
 import { claimToken } from '../../src/store/claim-token.js';
 import { citusNodes } from '../helpers/citus.js';
@@ -34,6 +35,7 @@ const cases: Array<[string, Statement, unknown[]]> = [
   ['extend', extendStatement, ['t', 'a', randomUUID(), 60_000]],
   ['get', getStatement, ['t', 'a', true]],
   ['release', releaseStatement, ['t', 'a', randomUUID()]],
+  ['mark outcome unknown (probe)', markUnknownStatement, ['t', 'a', randomUUID()]],
   ['purge', purgeStatement, ['t', 'a']],
   ['sweeper delete', sweepDeleteStatement, ['t', keys]],
 ];
