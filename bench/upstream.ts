@@ -2,7 +2,8 @@
 // Answers 200 {"ok":true,"n":<counter>} to everything, reads and discards the
 // request body, keeps connections alive. GET /__stats answers the counter
 // without counting itself, so the harness can tell how many requests reached
-// the upstream during a measurement (replays must not).
+// the upstream during a measurement (replays must not; a reference replay
+// makes one GET). A POST under /bench/reference/ answers 201 with a Location.
 //
 //   node dist/bench/upstream.js --port 0   → prints {"port":N,"url":"http://127.0.0.1:N"}
 import http from 'node:http';
@@ -10,6 +11,8 @@ import type { AddressInfo } from 'node:net';
 import { isEntry, parseServerArgs } from './lib/cli-args.js';
 
 export const STATS_PATH = '/__stats';
+/** POSTs under this path answer 201 with a Location (the `reference` route of bench/proxy.yaml). */
+export const REFERENCE_PATH = '/bench/reference/';
 
 export interface Upstream {
   readonly server: http.Server;
@@ -27,7 +30,14 @@ export function createUpstream(): Upstream {
     }
     n += 1;
     const body = `{"ok":true,"n":${n}}`;
+    // record: reference (bench/proxy.yaml): a created resource, whose replays GET the Location.
+    const created = req.method === 'POST' && req.url!.startsWith(REFERENCE_PATH);
     req.on('end', () => {
+      if (created) {
+        res.writeHead(201, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), location: `${REFERENCE_PATH}item` });
+        res.end(body);
+        return;
+      }
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
       res.end(body);
     });

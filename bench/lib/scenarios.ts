@@ -91,6 +91,16 @@ export const SCENARIOS: readonly Scenario[] = [
     keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
     goal: null,
   },
+  // record: reference: a replay from PostgreSQL that answers with the current body from one upstream GET: against replay-pg and pass.
+  {
+    id: 'replay-pg-reference',
+    title: 'proxy, replay from PostgreSQL, record: reference (one upstream GET each)',
+    server: 'proxy-pg',
+    path: '/bench/reference/replay',
+    connections: 50,
+    keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
+    goal: null,
+  },
   // Tracing on (every request sampled, spans exported over OTLP/HTTP to a sink on the server CPU): against newkey and replay-pg.
   { id: 'newkey-traced', title: 'proxy, new key per request, tracing on', server: 'proxy-pg-traced', path: '/bench/newkey', connections: 50, keys: unique, goal: null },
   {
@@ -178,6 +188,7 @@ export const ALIASES: Readonly<Record<string, readonly string[]>> = {
   tracing: ['baseline', 'newkey', 'newkey-traced', 'replay-pg', 'replay-pg-traced'],
   profiles: ['baseline', 'newkey', 'newkey-stripe', 'replay-pg', 'replay-pg-stripe'],
   tls: ['baseline-tls', 'newkey-tls', 'replay-pg-tls', 'baseline-h2', 'newkey-h2', 'replay-pg-h2'],
+  reference: ['baseline', 'pass', 'replay-pg', 'replay-pg-reference'],
 };
 
 export function allNames(): string[] {

@@ -1,6 +1,7 @@
 import { reservedEntry, responseHeadersOf, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { Db } from '../store/db/port.js';
 import type { KeyStore } from '../store/key-store.js';
+import { recordKind, referenceOf, type RecordKind } from '../proxy/reference.js';
 import type { KeyRecord } from '../store/records.js';
 import { listStatement, listTenantStatement } from '../store/sql/list.js';
 import { resolveExecutedStatement } from '../store/sql/resolve-executed.js';
@@ -53,6 +54,10 @@ export interface KeyView {
   readonly bodyBytes: number | null;
   readonly bodyRetained: boolean | null;
   /** The response's headers, without the proxy's reserved entries. */
+  /** full (body stored), marker (body too large to store), reference (the current body GET on replay); null: no response yet. */
+  readonly record: RecordKind | null;
+  /** A reference record's path on the upstream (what a replay GETs); null: not a reference. */
+  readonly reference?: string | null;
   readonly responseHeaders?: ReadonlyArray<readonly [string, string]> | null;
   /** The traceparent of the traced execution that made the record (its replays' spans link to it); null: none kept. */
   readonly trace?: string | null;
@@ -93,6 +98,7 @@ function viewOfRow(r: Record<string, unknown>): KeyView {
     status: (r.status_code as number | null) ?? null,
     bodyBytes: r.body_size == null ? null : Number(r.body_size),
     bodyRetained: (r.body_retained as boolean | null) ?? null,
+    record: (r.record_kind as RecordKind | null) ?? null,
   };
 }
 
@@ -121,10 +127,19 @@ export function viewOfRecord(rec: KeyRecord, withBody: boolean): KeyView {
   };
 }
 
-/** A record's headers as shown: the response's own, and the stored trace context as its own field. */
-export function storedHeaders(rec: KeyRecord): { responseHeaders: Array<[string, string]> | null; trace: string | null } {
+/** How a record is shown: its kind, the response's own headers, and the proxy's reserved entries (reference, trace context) as their own fields. */
+export function storedHeaders(rec: KeyRecord): StoredView {
   const h = rec.responseHeaders;
-  return h === null ? { responseHeaders: null, trace: null } : { responseHeaders: responseHeadersOf(h), trace: reservedEntry(h, TRACE_RECORD_HEADER) };
+  const record = recordKind(rec.bodyRetained, h);
+  if (h === null) return { record, reference: null, responseHeaders: null, trace: null };
+  return { record, reference: referenceOf(h), responseHeaders: responseHeadersOf(h), trace: reservedEntry(h, TRACE_RECORD_HEADER) };
+}
+
+interface StoredView {
+  readonly record: RecordKind | null;
+  readonly reference: string | null;
+  readonly responseHeaders: Array<[string, string]> | null;
+  readonly trace: string | null;
 }
 
 export class KeyOperations {

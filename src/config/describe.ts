@@ -97,7 +97,7 @@ function describeRoute(route: RoutePolicy, index: number, count: number): string
       ['expired lease', expiredLeaseText(route)],
       ['store error', route.onStoreError === 'fail' ? '503 (fail closed)' : 'forward without deduplication'],
       ['request body', `up to ${formatSize(route.maxBodyBytes)} (413 above)`],
-      ['stored body', `up to ${formatSize(route.maxStoredResponseBytes)} (larger bodies are not retained)`],
+      ['stored body', `up to ${formatSize(route.maxStoredResponseBytes)} (larger bodies are not retained)${route.record === 'reference' ? '; a 2xx answer with a Location on the upstream: a reference (replays GET it)' : ''}`],
       ['stored headers', storedHeadersText(route)],
     ]),
   ];

@@ -4,7 +4,7 @@
 // concern a single field are made here; checks across fields after merging.
 
 import { METHODS } from 'node:http';
-import type { ErrorFormat, KeyScope, KeySource, Mode, Profile, ReleaseOn, StatusClass, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, OutcomeProbe, TenantSource } from './types.js';
+import type { ErrorFormat, KeyScope, KeySource, Mode, Profile, RecordMode, ReleaseOn, StatusClass, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, OutcomeProbe, TenantSource } from './types.js';
 import type { Issues, Path } from './issues.js';
 import { parseDuration, parseSize } from './units.js';
 
@@ -36,6 +36,7 @@ export interface PolicyLayer {
   errorFormat?: ErrorFormat;
   keyScope?: KeyScope;
   echoKey?: boolean;
+  record?: RecordMode;
   /** Set on a profile's preset layer: the profile it is. */
   preset?: Profile;
 }
@@ -228,5 +229,6 @@ export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): Polic
     errorFormat: oneOf(r.errorFormat, ['problem', 'stripe', 'acp'] as const),
     keyScope: oneOf(r.keyScope, ['tenant', 'tenantAndPath'] as const),
     echoKey: typeof r.echoKey === 'boolean' ? r.echoKey : undefined,
+    record: oneOf(r.record, ['full', 'reference'] as const),
   };
 }

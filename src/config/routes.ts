@@ -40,6 +40,7 @@ export const BUILTIN_POLICY: Resolved = {
   errorFormat: 'problem',
   keyScope: 'tenant',
   echoKey: false,
+  record: 'full',
   fromProfile: [],
 };
 
@@ -202,6 +203,7 @@ function resolvePolicy(route: PolicyLayer, defaults: PolicyLayer, name: string, 
     errorFormat: m.take('errorFormat'),
     keyScope: m.take('keyScope'),
     echoKey: m.take('echoKey'),
+    record: m.take('record'),
     fromProfile: m.fromProfile,
   };
   crossCheck(m, policy, match, issues);

@@ -73,6 +73,8 @@ function policyProperties(): Record<string, Schema> {
     errorFormat: enumOf('problem', 'stripe', 'acp'),
     keyScope: enumOf('tenant', 'tenantAndPath'),
     echoKey: { type: 'boolean' },
+    // Reference records (docs/storage.md, Record kinds).
+    record: enumOf('full', 'reference'),
   };
 }
 

@@ -24,6 +24,8 @@ export type Profile = 'ietf' | 'stripe' | 'acp';
 export type ErrorFormat = 'problem' | 'stripe' | 'acp';
 /** What a key is unique within: the tenant, or the tenant and the request path. */
 export type KeyScope = 'tenant' | 'tenantAndPath';
+/** What a 2xx answer with a same-origin Location is stored as (docs/storage.md, Record kinds). */
+export type RecordMode = 'full' | 'reference';
 
 export type KeySource =
   | { readonly kind: 'header'; readonly header: string } // the default: keyHeader
@@ -76,6 +78,8 @@ export interface RoutePolicy {
   readonly keyScope: KeyScope;
   /** Idempotency-Key echoed on every response to a request that carried one. */
   readonly echoKey: boolean;
+  /** reference: a 2xx answer with a Location on the upstream's origin is stored without its body; a replay GETs it. */
+  readonly record: RecordMode;
   /** The YAML names of the fields whose value the profile's preset gave (for check-config). */
   readonly fromProfile: readonly string[];
 }

@@ -38,6 +38,8 @@ export const Problems = {
   upstreamTimeout: def('upstream-timeout', 504, 'Upstream timed out'),
   upstreamReset: def('upstream-reset', 502, 'Upstream connection failed'),
   bodyNotRetained: def('body-not-retained', 0, 'Response body was not retained'),
+  referenceUnavailable: def('reference-unavailable', 502, 'Referenced resource could not be fetched', true),
+  referenceGone: def('reference-gone', 410, 'Referenced resource no longer exists'),
   internal: def('internal-error', 500, 'Internal proxy error', true),
   badRequest: def('bad-request', 400, 'Malformed HTTP request'),
   headersTooLarge: def('headers-too-large', 431, 'Request header fields too large'),

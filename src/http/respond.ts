@@ -100,7 +100,8 @@ export function respondReplay(res: ServerResponse, d: Dialect, stored: StoredRes
   } else {
     // The original body was over maxStoredResponseBytes: original status and
     // headers, with a small problem body in place of the original one.
-    for (let i = 0; i < n; i++) {
+    const end = ownHeaderCount(h);
+    for (let i = 0; i < end; i++) {
       if (!DESCRIBES_ORIGINAL_BODY.has(h[i]![0])) flat.push(h[i]![0], h[i]![1]);
     }
     flat.push('content-type', d.contentType);
@@ -119,4 +120,31 @@ export function respondReplay(res: ServerResponse, d: Dialect, stored: StoredRes
   if (echo && key !== null && !stored.headers.some(([n]) => n === 'idempotency-key')) flat.push('idempotency-key', key);
   res.writeHead(stored.status, flat);
   res.end(body);
+}
+
+/** The headers of the current body a reference replay answers with, taken from the upstream's GET. */
+const CURRENT_BODY_HEADERS: ReadonlySet<string> = new Set(['content-type', 'content-length', 'content-encoding', 'etag', 'last-modified']);
+
+/**
+ * The head of a duplicate answered from a reference record: the original
+ * status and stored headers (those describing the original body left out),
+ * the body headers of the upstream's GET (its raw header lines), and
+ * Idempotent-Replayed. The GET's body follows it (src/proxy/reference.ts
+ * relays it).
+ */
+export function referenceReplayHead(d: Dialect, stored: StoredResponse, requestId: string, key: string | null, echo: boolean, current: readonly Buffer[]): string[] {
+  const flat: string[] = [];
+  const h = stored.headers;
+  const end = ownHeaderCount(h);
+  for (let i = 0; i < end; i++) {
+    const name = h[i]![0];
+    if (!DESCRIBES_ORIGINAL_BODY.has(name) && name !== 'last-modified') flat.push(name, h[i]![1]);
+  }
+  for (let i = 0; i < current.length; i += 2) {
+    const name = current[i]!.toString('latin1').toLowerCase();
+    if (CURRENT_BODY_HEADERS.has(name)) flat.push(name, current[i + 1]!.toString('latin1'));
+  }
+  flat.push('idempotent-replayed', 'true', 'x-request-id', requestId, ...d.replayHeaders);
+  if (echo && key !== null && !h.some(([n]) => n === 'idempotency-key')) flat.push('idempotency-key', key);
+  return flat;
 }

@@ -1,9 +1,11 @@
-import { problemDialect } from '../http/dialects.js';
+import { problemDialect, type Dialect } from '../http/dialects.js';
 import { respondProblem, respondRecord, respondReplay } from '../http/respond.js';
 import type { RequestContext } from './context.js';
 import type { LifecycleDeps } from './deps.js';
+import { referenceOf } from '../proxy/reference.js';
 import { passThroughAsync } from './passthrough.js';
-import type { Verdict } from './verdict.js';
+import { replayReference } from './reference.js';
+import type { ReplayVerdict, Verdict } from './verdict.js';
 
 // Phase "respond": carries out the verdict that answered the request, and
 // says on the context what the request's log line and metrics report. The
@@ -22,13 +24,15 @@ export function respond(deps: LifecycleDeps, ctx: RequestContext, v: Verdict): P
       ctx.status = v.status ?? v.problem.status;
       ctx.detail = v.logDetail;
       respondProblem(res, dialect, v.problem, v.detail, ctx.requestId, {
-        status: v.status, retryAfterS: v.retryAfterS, close: v.close, retryable: v.retryable, key: ctx.key, echo: echo ? ctx.key : null,
+        status: v.status, retryAfterS: v.retryAfterS, close: v.close, retryable: v.retryable, key: ctx.key, echo: echo ? ctx.key : null, extra: v.extra,
       });
       return;
     case 'replay':
       ctx.outcome = 'replayed';
       ctx.status = v.response.status;
       if (ctx.span !== null) deps.tracing!.linkReplay(ctx, v.response);
+      // A record without its body is a marker or a reference; a reference replays the resource's current body.
+      if (!v.response.bodyRetained && referenceOf(v.response.headers) !== null) return replayReferenceOf(deps, ctx, v, dialect, echo);
       respondReplay(res, dialect, v.response, ctx.requestId, ctx.key, echo);
       // Served from PostgreSQL (the cache missed): put the record back.
       if (v.ttlLeftMs !== undefined) deps.cache?.refill(ctx.tenantId, ctx.key!, ctx.fingerprint, v.response, v.ttlLeftMs);
@@ -60,4 +64,10 @@ async function forward(deps: LifecycleDeps, ctx: RequestContext, outcome: 'passt
   await passThroughAsync(deps, ctx, ctx.body);
   // A store outage stays the request's outcome, whatever the upstream answered.
   if (outcome === 'store_error') ctx.outcome = outcome;
+}
+
+async function replayReferenceOf(deps: LifecycleDeps, ctx: RequestContext, v: ReplayVerdict, dialect: Dialect, echo: boolean): Promise<void> {
+  if (v.ttlLeftMs !== undefined) deps.cache?.refill(ctx.tenantId, ctx.key!, ctx.fingerprint, v.response, v.ttlLeftMs);
+  const p = await replayReference(deps, ctx, v.response, referenceOf(v.response.headers)!, dialect, echo);
+  if (p !== null) respond(deps, ctx, p);
 }

@@ -28,6 +28,14 @@ export interface ProblemVerdict {
   readonly close?: boolean;
   /** Overrides the catalogue's `retryable` (a 502/504 whose key was released). */
   readonly retryable?: boolean;
+  /** Members beside the standard ones (a reference replay's originalStatus). */
+  readonly extra?: Record<string, unknown>;
+}
+
+export interface ReplayVerdict {
+  readonly kind: 'replay';
+  readonly response: StoredResponse;
+  readonly ttlLeftMs?: number;
 }
 
 export type Verdict =
@@ -36,7 +44,7 @@ export type Verdict =
   /** A proxy-made problem. */
   | ProblemVerdict
   /** A duplicate: the stored record. `ttlLeftMs` set: read from PostgreSQL, so put back into the cache. */
-  | { readonly kind: 'replay'; readonly response: StoredResponse; readonly ttlLeftMs?: number }
+  | ReplayVerdict
   /** The first answer of a record the proxy stored itself (a 502/504 problem record). */
   | { readonly kind: 'record'; readonly response: StoredResponse }
   /** The recorded response streamed; its held-back last chunk (or nothing) ends it: the record is committed. */
@@ -66,7 +74,7 @@ export function problem(
   p: ProblemDef,
   detail: string,
   outcome: Outcome,
-  opts: { logDetail?: string | null; status?: number; retryAfterS?: number; close?: boolean; retryable?: boolean } = {},
+  opts: { logDetail?: string | null; status?: number; retryAfterS?: number; close?: boolean; retryable?: boolean; extra?: Record<string, unknown> } = {},
 ): ProblemVerdict {
   return { kind: 'problem', problem: p, detail, outcome, logDetail: opts.logDetail === undefined ? detail : opts.logDetail, ...opts };
 }

@@ -32,6 +32,8 @@ export interface CompiledRoute {
   readonly scopePath: boolean;
   /** onExpiredLease: probe — the outcome probe's request (null: the route does not probe). */
   readonly probe: CompiledProbe | null;
+  /** record: reference — a 2xx answer with a same-origin Location is stored as a reference (src/proxy/reference.ts). */
+  readonly reference: boolean;
 }
 
 interface Entry {
@@ -61,6 +63,7 @@ export class Router {
         dialect: dialectFor(policy.errorFormat),
         scopePath: policy.keyScope === 'tenantAndPath',
         probe: compileProbe(policy),
+        reference: policy.record === 'reference',
       };
       entries.push({
         methods: policy.match.methods === null ? null : new Set(policy.match.methods),

@@ -58,6 +58,13 @@ export function reservedEntry(h: StoredHeaders, name: string): string | null {
   return null;
 }
 
+/**
+ * The reserved entry a reference record keeps (before the trace entry, if
+ * any): the path on the upstream that its Location resolved to, which a
+ * replay GETs (src/proxy/reference.ts, docs/storage.md). Never replayed.
+ */
+export const REFERENCE_RECORD_HEADER = 'idempotency-proxy-reference';
+
 /** Never stored: framing headers are recomputed on replay, Date is per response. */
 export const NEVER_STORED: ReadonlySet<string> = new Set(['content-length', 'date', 'set-cookie', 'idempotent-replayed']);
 

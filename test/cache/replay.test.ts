@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { RunningProxy } from '../../src/app.js';
 import { cacheKey } from '../../src/store/cache-codec.js';
-import { ADMIN_URL, createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, whileBlocked, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts, claimCount, comparableHeaders } from './helpers/proxy.js';
@@ -96,10 +96,7 @@ describe('replays from the Redis cache', () => {
     assert.ok(first.body.equals(BINARY));
     assert.ok(await redis.exists(cacheKey(prefix, tenant, 'k-no-pg')), 'the completed record is in Redis under the escaped tenant hash tag');
 
-    // Block PostgreSQL for this database: no new connections, existing ones killed.
-    await sql(ADMIN_URL, `ALTER DATABASE ${db.name} ALLOW_CONNECTIONS false`);
-    try {
-      await sql(ADMIN_URL, 'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1', [db.name]);
+    await whileBlocked(db, async () => {
       const before = await cacheCounts(proxy.metrics);
       const claimsBefore = await claimCount(proxy.metrics);
       const replay = await send(`${proxy.url}/pay/bin`, { headers: h, body: '{"amount":1}' });
@@ -112,9 +109,7 @@ describe('replays from the Redis cache', () => {
       // The control: anything that needs PostgreSQL fails right now.
       const fresh = await send(`${proxy.url}/pay/bin`, { headers: { ...h, 'idempotency-key': 'k-needs-pg' }, body: '{"amount":1}' });
       assert.ok(fresh.status >= 500, `a new key must fail while PostgreSQL is blocked, got ${fresh.status}`);
-    } finally {
-      await sql(ADMIN_URL, `ALTER DATABASE ${db.name} ALLOW_CONNECTIONS true`);
-    }
+    });
     assert.equal(executionsOf('k-no-pg'), 1);
   });
 

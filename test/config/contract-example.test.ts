@@ -28,6 +28,7 @@ const inherited: Omit<RoutePolicy, 'name' | 'match' | 'key' | 'required' | 'mode
   errorFormat: 'problem',
   keyScope: 'tenant',
   echoKey: false,
+  record: 'full',
   fromProfile: [],
 };
 

@@ -37,7 +37,7 @@ routes:
     'defaults.tenant: must set exactly one of fromHeader, fromHeaderHash, constant, fromClientCert (line 7)',
     'defaults.tenant.extra: unknown field (expected one of: fromHeader, fromHeaderHash, constant, fromClientCert) (line 7)',
     'routes[0].match.method: unknown field (expected one of: methods, path) (line 10)',
-    'routes[0].ttll: unknown field (expected one of: name, match, keyHeader, key, methods, required, ttl, lease, maxBodyBytes, maxStoredResponseBytes, tenant, fingerprint, releaseOn, mode, mismatchStatus, onInFlight, waitTimeout, onUnknownOutcome, onExpiredLease, outcomeProbe, onStoreError, storeHeaders, dropHeaders, profile, errorFormat, keyScope, echoKey) (line 11)',
+    'routes[0].ttll: unknown field (expected one of: name, match, keyHeader, key, methods, required, ttl, lease, maxBodyBytes, maxStoredResponseBytes, tenant, fingerprint, releaseOn, mode, mismatchStatus, onInFlight, waitTimeout, onUnknownOutcome, onExpiredLease, outcomeProbe, onStoreError, storeHeaders, dropHeaders, profile, errorFormat, keyScope, echoKey, record) (line 11)',
   ]);
 });
 

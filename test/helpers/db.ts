@@ -69,6 +69,21 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
+/**
+ * Runs `fn` while `db` is blocked: no new connections, the open ones killed,
+ * so anything that needs PostgreSQL fails meanwhile (a replay from Redis must
+ * not). Connections are allowed again afterwards, however `fn` ended.
+ */
+export async function whileBlocked<T>(db: TestDatabase, fn: () => Promise<T>): Promise<T> {
+  await sql(ADMIN_URL, `ALTER DATABASE ${db.name} ALLOW_CONNECTIONS false`);
+  try {
+    await sql(ADMIN_URL, 'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1', [db.name]);
+    return await fn();
+  } finally {
+    await sql(ADMIN_URL, `ALTER DATABASE ${db.name} ALLOW_CONNECTIONS true`);
+  }
+}
+
 /** A fresh, migrated database of its own. Fails loudly if PostgreSQL is down. */
 export async function createTestDatabase(opts: { migrated?: boolean } = {}): Promise<TestDatabase> {
   const migrated = opts.migrated ?? true;

@@ -1,6 +1,7 @@
 import { StoreUnavailableError, type UpstreamError } from '../../errors.js';
 import { Problems, problemRecord, upstreamProblem } from '../../http/problems.js';
 import type { Recording } from '../../proxy/record-handler.js';
+import { asReference } from '../../proxy/reference.js';
 import type { StoredResponse } from '../../store/records.js';
 import { endChild } from '../../tracing/spans.js';
 import type { RequestContext } from '../context.js';
@@ -32,7 +33,7 @@ export const commitPhase: Phase = {
       if (error !== null && !recording.started) return upstreamFailed(error);
       return DONE;
     }
-    if (error === null) return commit(deps, ctx, record(ctx, recording), recording.last);
+    if (error === null) return commit(deps, ctx, record(ctx, recording, deps.upstream.origin), recording.last);
     if (recording.statusCode === 0) return failedBeforeResponse(deps, ctx, error);
     // The body broke off after the status line: the outcome is unknown.
     ctx.outcome = 'upstream_error';
@@ -47,8 +48,12 @@ export const commitPhase: Phase = {
   },
 };
 
-/** The replay record of a completed exchange: the stored headers (lower-case names) and the body, if retained. */
-function record(ctx: RequestContext, recording: Recording): StoredResponse {
+/**
+ * The replay record of a completed exchange: the stored headers (lower-case
+ * names) and the body, if retained; on a `record: reference` route, a
+ * reference instead when the answer qualifies (src/proxy/reference.ts).
+ */
+function record(ctx: RequestContext, recording: Recording, origin: string): StoredResponse {
   const headers = recording.headers!;
   const storeHeader = ctx.plan!.route.storeHeader;
   const stored: Array<[string, string]> = [];
@@ -56,7 +61,8 @@ function record(ctx: RequestContext, recording: Recording): StoredResponse {
     const name = headers[i]!.toLowerCase();
     if (storeHeader(name)) stored.push([name, headers[i + 1]!]);
   }
-  return { status: recording.statusCode, headers: stored, body: recording.body(), bodyRetained: recording.retained, bodySize: recording.size };
+  const rec = { status: recording.statusCode, headers: stored, body: recording.body(), bodyRetained: recording.retained, bodySize: recording.size };
+  return ctx.plan!.route.reference ? asReference(rec, ctx.req.url ?? '/', origin) : rec;
 }
 
 function upstreamFailed(e: UpstreamError): Verdict {

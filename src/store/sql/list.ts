@@ -17,6 +17,14 @@ import type { Statement } from '../db/port.js';
 // (ms, on created_at), $7 page size. Two statements share the text: across
 // tenants (row comparison on (tenant_id, idem_key)) and within one tenant
 // (tenant_id = $1, the primary key's prefix).
+// The record's kind (docs/storage.md, Record kinds): a record without its
+// body is a reference when its reserved reference entry is last, or last but
+// the trace entry (src/proxy/headers.ts); otherwise a marker.
+const RECORD_KIND = `CASE WHEN body_retained IS NULL THEN NULL WHEN body_retained THEN 'full'
+              WHEN response_headers -> -1 ->> 0 = 'idempotency-proxy-reference'
+                OR (response_headers -> -1 ->> 0 = 'idempotency-proxy-trace' AND response_headers -> -2 ->> 0 = 'idempotency-proxy-reference')
+              THEN 'reference' ELSE 'marker' END`;
+
 const listText = (range: string): string => `
 WITH scan AS (
   SELECT tenant_id, idem_key, state, attempt, on_expired_lease, locked_until, expires_at,
@@ -25,7 +33,8 @@ WITH scan AS (
                 OR (state = 'in_flight' AND on_expired_lease = 'fail' AND locked_until <= now())
               THEN 'outcome_unknown' ELSE state END AS effective_state,
          (expires_at <= now() AND (state <> 'in_flight' OR locked_until <= now())) AS expired,
-         (state = 'in_flight' AND locked_until <= now()) AS lease_expired
+         (state = 'in_flight' AND locked_until <= now()) AS lease_expired,
+         ${RECORD_KIND} AS record_kind
     FROM idempotency_keys
    WHERE ${range}
    LIMIT $3
@@ -48,14 +57,14 @@ SELECT m.scanned, m.last_tenant, m.last_key, h.*
  ORDER BY h.tenant_id, h.idem_key`;
 
 export const listStatement: Statement = {
-  name: 'idem_admin_list_v1',
+  name: 'idem_admin_list_v2',
   text: listText(`(tenant_id, idem_key) > ($1::text, $2::text)
    ORDER BY tenant_id, idem_key`),
 };
 
 /** The same page within one tenant: $1 is the tenant id, $2 the last key (or ''). */
 export const listTenantStatement: Statement = {
-  name: 'idem_admin_list_tenant_v1',
+  name: 'idem_admin_list_tenant_v2',
   text: listText(`tenant_id = $1::text AND idem_key > $2::text
    ORDER BY tenant_id, idem_key`),
 };
