@@ -1,7 +1,7 @@
 import type { Dialect } from '../http/dialects.js';
 import { Problems } from '../http/problems.js';
 import { referenceReplayHead } from '../http/respond.js';
-import { credentialHeader, relayReference } from '../proxy/reference.js';
+import { credentialHeaders, relayReference } from '../proxy/reference.js';
 import type { StoredResponse } from '../store/records.js';
 import { endChild } from '../tracing/spans.js';
 import type { RequestContext } from './context.js';
@@ -24,7 +24,7 @@ export async function replayReference(
   deps: LifecycleDeps, ctx: RequestContext, stored: StoredResponse, path: string, dialect: Dialect, echo: boolean,
 ): Promise<ProblemVerdict | null> {
   const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'reference');
-  const got = await relayReference(deps.upstream, path, ctx.req.headers, credentialHeader(ctx.plan!.policy.tenant), ctx.requestId, ctx.res,
+  const got = await relayReference(deps.upstream, path, ctx.req.headers, credentialHeaders(ctx.plan!.policy.tenant), ctx.requestId, ctx.res,
     (current) => ({ status: stored.status, headers: referenceReplayHead(dialect, stored, ctx.requestId, ctx.key, echo, current) }));
   if (span !== null) endChild(span, got.kind === 'failed' || got.kind === 'cut' ? got.error : undefined);
   const extra = { originalStatus: stored.status };

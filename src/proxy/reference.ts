@@ -61,9 +61,12 @@ export function asReference(rec: StoredResponse, requestPath: string, origin: st
   return { status: s, headers: [...rec.headers, [REFERENCE_RECORD_HEADER, ref]], body: EMPTY, bodyRetained: false, bodySize: rec.bodySize };
 }
 
-/** The request header the route's tenant comes from (the credential the GET carries), or null. */
-export function credentialHeader(tenant: TenantSource): string | null {
-  return tenant.kind === 'fromHeader' || tenant.kind === 'fromHeaderHash' ? tenant.header : null;
+const AUTHORIZATION_ONLY: readonly string[] = ['authorization'];
+
+/** The request headers a reference GET carries as the client's credential: Authorization, and the header the route's tenant comes from. */
+export function credentialHeaders(tenant: TenantSource): readonly string[] {
+  const fromHeader = tenant.kind === 'fromHeader' || tenant.kind === 'fromHeaderHash';
+  return fromHeader && tenant.header !== 'authorization' ? ['authorization', tenant.header] : AUTHORIZATION_ONLY;
 }
 
 /** How GET <reference> ended: its 2xx answer relayed (or cut, or the client left), another status (its body discarded), or no answer. */
@@ -128,19 +131,21 @@ class ReferenceHandler implements Dispatcher.DispatchHandler, RelaySink<null> {
 }
 
 /**
- * GET `path` from the upstream with the duplicate's credential header (the
- * one its tenant came from: same tenant, same value), its Accept, and the
+ * GET `path` from the upstream with the duplicate's credential headers
+ * (Authorization and the one its tenant came from: same tenant, same value), its Accept, and the
  * replay's request id; a 2xx answer is relayed into `res` under `head`.
  * undici's headers and body timeouts (upstream.timeout each) bound it.
  * Redirects are not followed.
  */
 export function relayReference(
-  upstream: Upstream, path: string, req: IncomingHttpHeaders, credential: string | null, requestId: string,
+  upstream: Upstream, path: string, req: IncomingHttpHeaders, credentials: readonly string[], requestId: string,
   res: ServerResponse, head: ReferenceHead,
 ): Promise<Fetched> {
   const headers: string[] = ['x-request-id', requestId];
-  const cred = credential === null ? undefined : req[credential];
-  if (typeof cred === 'string') headers.push(credential!, cred);
+  for (const name of credentials) {
+    const value = req[name];
+    if (typeof value === 'string') headers.push(name, value);
+  }
   const accept = req.accept;
   if (accept !== undefined) headers.push('accept', accept);
   return new Promise<Fetched>((resolve) => {

@@ -233,3 +233,41 @@ test('record: validation names the field', () => {
   const ok = loadConfig({ text: 'defaults:\n  record: reference\nroutes:\n  - name: a\n    match: { path: /a/** }\n  - name: b\n    match: { path: /b/** }\n    record: full\n', flags: { upstream: 'http://127.0.0.1:3000' }, env: {} });
   assert.deepEqual(ok.routes.map((r) => r.record), ['reference', 'full']);
 });
+
+describe('record: reference with the tenant from its own header', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let proxy: RunningProxy;
+  const svc = orderService();
+
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startUpstream(svc.responder);
+    svc.setOrigin(upstream.url);
+    proxy = await startTestProxy({
+      upstream: upstream.url,
+      databaseUrl: db.url,
+      yaml: 'routes:\n  - name: orders\n    match: { path: "/orders/**" }\n    record: reference\n    tenant: { fromHeader: x-account }\n',
+    });
+  });
+
+  after(async () => {
+    await proxy?.close();
+    await upstream?.close();
+    await db?.drop();
+  });
+
+  test('the GET carries the client\'s Authorization and the tenant\'s header', async () => {
+    const headers = { ...headersFor('ref-acct'), 'x-account': 'acct_7' };
+    const first = await send(`${proxy.url}/orders`, { headers, body: '{"amount":1}' });
+    assert.equal(first.status, 201);
+    const before = upstream.received.length;
+    const retry = await send(`${proxy.url}/orders`, { headers, body: '{"amount":1}' });
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers['idempotent-replayed'], 'true');
+    const [get] = upstream.received.slice(before).filter((r) => r.method === 'GET');
+    assert.ok(get !== undefined, 'the replay GETs the reference');
+    assert.equal(get.headers.authorization, AUTH, 'the client\'s credential');
+    assert.equal(get.headers['x-account'], 'acct_7', 'the tenant\'s header');
+  });
+});
