@@ -4,7 +4,7 @@
 // between two baseline runs and is compared with their mean (bench/README.md,
 // Method: baseline, product, baseline, product…).
 import { wants, type RunOptions } from './options.js';
-import { BASELINE, BASELINE_1C, SCENARIOS, type Scenario, type ServerId } from './scenarios.js';
+import { BASELINE, BASELINE_1C, OTHER_SCENARIOS, SCENARIOS, type Scenario, type ServerId } from './scenarios.js';
 
 export interface Step {
   readonly scenario: Scenario;
@@ -26,7 +26,13 @@ function interleave(baseline: Scenario, products: readonly Scenario[], withBasel
 }
 
 export function makePlan(opts: RunOptions): Plan {
-  const chosen = SCENARIOS.filter((s) => wants(opts, s.id));
+  // The BENCH_OTHER twin of a scenario runs right after it (same load from the rest of the machine).
+  const twins = OTHER_SCENARIOS.filter((s) => wants(opts, s.id) && (opts.other !== null || opts.only !== null));
+  if (twins.length > 0 && opts.other === null) {
+    throw new Error(`${twins.map((s) => s.id).join(', ')}: set BENCH_OTHER to the root of another built checkout (bench/README.md)`);
+  }
+  const twinOf = (s: Scenario): Scenario[] => twins.filter((t) => t.id === s.id.replace(/^(newkey|replay-pg)/, '$1-other'));
+  const chosen = SCENARIOS.filter((s) => wants(opts, s.id)).flatMap((s) => [s, ...twinOf(s)]);
   const many = chosen.filter((s) => s.connections > 1);
   const one = chosen.filter((s) => s.connections === 1);
   const base50 = wants(opts, BASELINE.id) || many.length > 0;

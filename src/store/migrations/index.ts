@@ -3,6 +3,7 @@
 // advisory lock so several instances may start at once.
 
 import { coCommit } from './002-co-commit.js';
+import { claimFunction } from './003-claim-function.js';
 
 export interface Migration {
   readonly version: number;
@@ -41,6 +42,7 @@ CREATE INDEX idempotency_keys_expires_at ON idempotency_keys (expires_at);
 `,
   },
   coCommit,
+  claimFunction,
 ];
 
 export const latestVersion = migrations[migrations.length - 1]!.version;
