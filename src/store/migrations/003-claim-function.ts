@@ -3,15 +3,19 @@ import type { Migration } from './index.js';
 // Version 3: the claim of one tenant's keys as one function call, so that a
 // duplicate costs one round trip, as a new key does (src/store/sql/claim.ts).
 //
-// idempotency_claim inserts the keys that have no row (ON CONFLICT DO
-// NOTHING: a key that has a row is left alone, unlocked, unwritten) and, if
-// some were left alone, returns their rows as a second statement reads them.
-// In a function each statement takes its own snapshot (READ COMMITTED), so a
-// row a concurrent claim committed after the insert started is seen by the
-// read; the one clock of both is the transaction's now(). Rows are inserted
-// (and locked) in the order of the arrays, which the store sorts by key.
-// A row this call inserted carries one of its owner tokens (fresh per
-// claim) and is not read back.
+// idempotency_claim reads the rows of the keys first (found): a duplicate
+// — a replay, a 409, a 422 — is answered by that one read, which writes
+// nothing and takes no lock. Only if some keys have no row does it insert
+// them (ON CONFLICT DO NOTHING: a key that has a row is left alone,
+// unlocked, unwritten), and only if the insert left some alone — a row a
+// concurrent claim committed after the read, or one it inserted and
+// committed while this insert waited on it — does it read them again. In a
+// function each statement takes its own snapshot (READ COMMITTED), so that
+// second read sees those rows; all three share the transaction's now(), the
+// one clock of the call. Rows are inserted (and locked) in the order of the
+// arrays, which the store sorts by key. A row this call inserted carries one
+// of its owner tokens (fresh per claim) and is not read back; a key read
+// twice comes back twice, the later row last.
 //
 // On Citus, migrate distributes the function by its first argument,
 // colocated with the key table (src/store/migrate.ts): a call is sent whole
@@ -34,8 +38,22 @@ LANGUAGE plpgsql
 AS $fn$
 #variable_conflict use_column
 DECLARE
+  found_rows integer;
   written integer;
 BEGIN
+  RETURN QUERY
+  SELECT false, extract(epoch FROM now())::float8, e.idem_key, e.state, NULL::uuid, NULL::integer,
+         e.fingerprint, e.status_code, e.response_headers, e.response_body, e.body_retained, e.body_size,
+         (e.expires_at <= now() AND (e.state <> 'in_flight' OR e.locked_until <= now())),
+         (e.state = 'in_flight' AND e.locked_until <= now()),
+         greatest(1, ceil(extract(epoch FROM (e.locked_until - now()))))::integer,
+         greatest(0, floor(extract(epoch FROM (e.expires_at - now())) * 1000))::float8
+    FROM idempotency_keys e
+   WHERE e.tenant_id = p_tenant AND e.idem_key = ANY (p_keys);
+  GET DIAGNOSTICS found_rows = ROW_COUNT;
+  IF found_rows = cardinality(p_keys) THEN
+    RETURN;
+  END IF;
   IF cardinality(p_keys) = 1 THEN
     -- A lone claim (the usual case when the proxy is not busy): one VALUES
     -- row. On Citus a VALUES insert runs on the shard directly; an INSERT ...
@@ -53,6 +71,8 @@ BEGIN
               NULL::jsonb, NULL::bytea, NULL::boolean, NULL::bigint, NULL::boolean, NULL::boolean,
               NULL::integer, NULL::float8;
   ELSE
+    -- Keys found above conflict and are left alone (or, deleted since,
+    -- inserted: then claimed by this call).
     RETURN QUERY
     INSERT INTO idempotency_keys AS k
       (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
@@ -70,11 +90,11 @@ BEGIN
               NULL::integer, NULL::float8;
   END IF;
   GET DIAGNOSTICS written = ROW_COUNT;
-  IF written = cardinality(p_keys) THEN
+  IF found_rows + written >= cardinality(p_keys) THEN
     RETURN;
   END IF;
-  -- The rows left alone, as they stand, with the clock and the time tests
-  -- the store decides on (src/store/tenant-claim.ts).
+  -- Some keys were neither found nor inserted: rows committed after the
+  -- first read. Read again (a snapshot of its own), all but this call's rows.
   RETURN QUERY
   SELECT false, extract(epoch FROM now())::float8, e.idem_key, e.state, NULL::uuid, NULL::integer,
          e.fingerprint, e.status_code, e.response_headers, e.response_body, e.body_retained, e.body_size,
@@ -84,7 +104,7 @@ BEGIN
          greatest(0, floor(extract(epoch FROM (e.expires_at - now())) * 1000))::float8
     FROM idempotency_keys e
    WHERE e.tenant_id = p_tenant AND e.idem_key = ANY (p_keys)
-     AND (written = 0 OR e.owner_token IS NULL OR e.owner_token <> ALL (p_owner_tokens));
+     AND (e.owner_token IS NULL OR e.owner_token <> ALL (p_owner_tokens));
 END
 $fn$;
 `,

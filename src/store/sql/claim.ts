@@ -5,16 +5,15 @@ import type { Statement } from '../db/port.js';
 // the one shard that holds the tenant; docs/scale.md):
 //
 // 1. claim: one call of idempotency_claim (migration 3, src/store/migrations/
-//    003-claim-function.ts): it inserts the keys that have no row (ON
-//    CONFLICT DO NOTHING: a key that has a row is left alone without a row
-//    lock, so a call of nothing but duplicates writes nothing: no
-//    transaction id, no WAL flush) and returns, for the keys it left alone,
-//    their rows as they stand, with the call's clock and the time tests the
-//    claim depends on. One round trip for a new key and for a duplicate; on
-//    Citus the call is sent whole to the worker that holds the tenant's
-//    shard. A row settled for this request — complete or outcome_unknown
-//    within its retention, in flight under a live lease, or in flight under
-//    another fingerprint — is answered from it.
+//    003-claim-function.ts): it reads the keys' rows first (found), and
+//    only for keys without a row inserts them (ON CONFLICT DO NOTHING),
+//    reading again what that insert left alone (rows committed after the
+//    first read). A duplicate is answered by one read that writes nothing
+//    and takes no lock; a new key costs the read and the insert; both one
+//    round trip. On Citus the call is sent whole to the worker that holds
+//    the tenant's shard. A row settled for this request — complete or
+//    outcome_unknown within its retention, in flight under a live lease,
+//    or in flight under another fingerprint — is answered from it.
 // 2. takeover, for the rest only: INSERT ... ON CONFLICT DO UPDATE ... WHERE
 //    <takeover>, which takes over a row whose retention expired (unless it
 //    is in flight under a live lease), takes over an in_flight row whose
