@@ -24,7 +24,7 @@ import { readMemory, type MemoryFigures } from './lib/proc.js';
 import { renderReport } from './lib/report.js';
 import { measureRssPair, rssValid, type RssMeasure } from './lib/rss.js';
 import { ALIASES, allNames } from './lib/scenarios.js';
-import { bringUp, type Fleet } from './lib/servers-up.js';
+import { bringUp, otherDatabase, type Fleet } from './lib/servers-up.js';
 import { startServices, type Services } from './lib/services.js';
 import { LOAD_CPU, startBaseline, startProxy, startUpstream } from './lib/servers.js';
 import { summarize, type RunRecord } from './lib/summary.js';
@@ -75,7 +75,7 @@ async function main(): Promise<number> {
   const cleanUp = async (): Promise<void> => {
     await children.stopAll(); // the servers, and PostgreSQL and Redis of the run's own
     if (!opts.keepDb && !opts.ownPostgres) {
-      for (const db of [opts.dbName, ...claimDatabases(opts)]) await dropDatabase(opts.adminUrl, db).catch(() => undefined);
+      for (const db of [opts.dbName, otherDatabase(opts), ...claimDatabases(opts)]) await dropDatabase(opts.adminUrl, db).catch(() => undefined);
     }
     await services.stop(opts.keepDb);
   };

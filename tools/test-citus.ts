@@ -8,6 +8,7 @@ import { HOW_TO_GET_CITUS, startCitusCluster } from './citus-cluster.js';
 
 const TESTS = [
   'test/store/key-store.test.js',
+  'test/store/claim-call.test.js',
   'test/store/statement-plans.test.js',
   'test/store/migrate.test.js',
   'test/store/co-commit.test.js',

@@ -1,5 +1,7 @@
 // The harness's options: `--only a,b` on the command line, the rest from the
 // environment (BENCH_*). Validated once; everything else trusts them.
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { ALIASES, allNames } from './scenarios.js';
 import type { LoadGenerator } from './types.js';
 import { chooseGenerator } from './wrk.js';
@@ -23,6 +25,8 @@ export interface RunOptions {
   readonly listOnly: boolean;
   readonly load: LoadGenerator; // BENCH_LOAD, else wrk when on PATH, else autocannon
   readonly loadNote: string | null; // why not wrk, when it fell back
+  /** BENCH_OTHER: the root of another checkout, built (its dist/src/main.js, its bench/proxy.yaml): the *-other scenarios run it. */
+  readonly other: string | null;
 }
 
 const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]']);
@@ -59,6 +63,17 @@ function parseOnly(argv: readonly string[]): Set<string> | null {
   return out;
 }
 
+/** BENCH_OTHER: another build of the proxy, to run beside this one (old against new, in one run). */
+function otherRoot(env: NodeJS.ProcessEnv): string | null {
+  const raw = env['BENCH_OTHER'];
+  if (raw === undefined || raw === '') return null;
+  const root = resolve(raw);
+  for (const f of [join('dist', 'src', 'main.js'), join('bench', 'proxy.yaml')]) {
+    if (!existsSync(join(root, f))) throw new Error(`BENCH_OTHER=${raw}: no ${f} there (a checkout of the proxy after npm ci && npm run build)`);
+  }
+  return root;
+}
+
 export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv): RunOptions {
   for (const a of argv) {
     if (a.startsWith('--') && !a.startsWith('--only') && a !== '--list') throw new Error(`unknown option ${a} (use --only a,b or --list)`);
@@ -87,6 +102,7 @@ export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv)
     listOnly: argv.includes('--list'),
     load: load.generator,
     loadNote: load.note,
+    other: otherRoot(env),
   };
 }
 

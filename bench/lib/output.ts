@@ -1,5 +1,6 @@
 // What a run leaves behind: the markdown header above the table, and the raw
 // JSON file in bench/results/.
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -23,6 +24,11 @@ export function commandLine(argv: readonly string[]): string {
   return `${env}npm run bench${argv.length > 0 ? ` -- ${argv.join(' ')}` : ''}`;
 }
 
+function gitHead(dir: string): string {
+  const r = spawnSync('git', ['-C', dir, 'log', '-1', '--format=%h %s'], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim().slice(0, 60) : 'not a git checkout';
+}
+
 export function headerText(ctx: BenchContext, facts: RunFacts): string {
   const { opts, pin } = ctx;
   const { settings, commitProbe } = facts;
@@ -40,6 +46,9 @@ export function headerText(ctx: BenchContext, facts: RunFacts): string {
     '',
     `Machine load average (1 min) at start / end: ${facts.loadAtStart.toFixed(2)} / ${loadavg()[0]!.toFixed(2)} on ${availableParallelism()} CPUs — above ~2, other work shares the CPUs and absolute figures mean little.`,
   ];
+  if (opts.other !== null) {
+    lines.push('', `*-other rows: the build in ${opts.other} (${gitHead(opts.other)}), on a database of its own on the same server; the others: this build (${gitHead(ctx.projectRoot)}).`);
+  }
   if (commitProbe !== null) {
     lines.push('', `PostgreSQL durable single-row INSERT at 1 client, measured at the start: p50 ${commitProbe.p50} ms, p99 ${commitProbe.p99} ms (${commitProbe.n} commits).`);
   }

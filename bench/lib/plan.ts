@@ -4,7 +4,7 @@
 // between two baseline runs and is compared with their mean (bench/README.md,
 // Method: baseline, product, baseline, product…).
 import { wants, type RunOptions } from './options.js';
-import { BASELINES, SCENARIOS, baselineOf, type Scenario, type ServerId } from './scenarios.js';
+import { BASELINES, OTHER_SCENARIOS, SCENARIOS, baselineOf, type Scenario, type ServerId } from './scenarios.js';
 
 export interface Step {
   readonly scenario: Scenario;
@@ -26,7 +26,13 @@ function interleave(baseline: Scenario, products: readonly Scenario[], withBasel
 }
 
 export function makePlan(opts: RunOptions): Plan {
-  const chosen = SCENARIOS.filter((s) => wants(opts, s.id));
+  // The BENCH_OTHER twin of a scenario runs right after it (same load from the rest of the machine).
+  const twins = OTHER_SCENARIOS.filter((s) => wants(opts, s.id) && (opts.other !== null || opts.only !== null));
+  if (twins.length > 0 && opts.other === null) {
+    throw new Error(`${twins.map((s) => s.id).join(', ')}: set BENCH_OTHER to the root of another built checkout (bench/README.md)`);
+  }
+  const twinOf = (s: Scenario): Scenario[] => twins.filter((t) => t.id === s.id.replace(/^(newkey|replay-pg)/, '$1-other'));
+  const chosen = SCENARIOS.filter((s) => wants(opts, s.id)).flatMap((s) => [s, ...twinOf(s)]);
   // One group per baseline (plain at 50 connections, over TLS, over HTTP/2, plain at 1), in that order.
   const groups = BASELINES.map((baseline) => {
     const products = chosen.filter((s) => baselineOf(s).id === baseline.id);

@@ -4,7 +4,7 @@ import type { KeyPlan, Protocol } from './types.js';
 
 export type ServerId =
   | 'upstream' | 'otlp-sink' | 'baseline' | 'baseline-tls' | 'baseline-h2'
-  | 'proxy-pg' | 'proxy-pg-tls' | 'proxy-pg-traced' | 'proxy-redis' | 'proxy-embedded';
+  | 'proxy-pg' | 'proxy-pg-tls' | 'proxy-pg-traced' | 'proxy-redis' | 'proxy-embedded' | 'proxy-pg-other';
 
 
 export type Goal =
@@ -178,6 +178,19 @@ export const SCENARIOS: readonly Scenario[] = [
   },
 ];
 
+/**
+ * Another build of the proxy (BENCH_OTHER: old against new in one run), on a
+ * database of its own on the same server: the same four measurements as
+ * newkey, replay-pg and their 1-connection twins, against the same baselines.
+ */
+const OTHER_OF: Readonly<Record<string, string>> = {
+  newkey: 'newkey-other', 'replay-pg': 'replay-pg-other', 'newkey-1c': 'newkey-other-1c', 'replay-pg-1c': 'replay-pg-other-1c',
+};
+export const OTHER_SCENARIOS: readonly Scenario[] = Object.entries(OTHER_OF).map(([of, id]) => {
+  const s = SCENARIOS.find((x) => x.id === of)!;
+  return { ...s, id, title: `${s.title}, BENCH_OTHER build`, server: 'proxy-pg-other', goal: null };
+});
+
 /** Sections that are not load runs. */
 export const EXTRAS = ['rss', 'claim', 'pair'] as const;
 export type Extra = (typeof EXTRAS)[number];
@@ -189,10 +202,12 @@ export const ALIASES: Readonly<Record<string, readonly string[]>> = {
   profiles: ['baseline', 'newkey', 'newkey-stripe', 'replay-pg', 'replay-pg-stripe'],
   tls: ['baseline-tls', 'newkey-tls', 'replay-pg-tls', 'baseline-h2', 'newkey-h2', 'replay-pg-h2'],
   reference: ['baseline', 'pass', 'replay-pg', 'replay-pg-reference'],
+  // This build against BENCH_OTHER's, each product run beside its twin.
+  oldnew: ['baseline', 'newkey', 'newkey-other', 'replay-pg', 'replay-pg-other', 'baseline-1c', 'newkey-1c', 'newkey-other-1c', 'replay-pg-1c', 'replay-pg-other-1c'],
 };
 
 export function allNames(): string[] {
-  return [...BASELINES.map((b) => b.id), ...SCENARIOS.map((s) => s.id), ...EXTRAS];
+  return [...BASELINES.map((b) => b.id), ...SCENARIOS.map((s) => s.id), ...OTHER_SCENARIOS.map((s) => s.id), ...EXTRAS];
 }
 
 export function goalText(goal: Goal | null): string {

@@ -19,6 +19,9 @@ export interface Fleet {
 
 const message = (err: unknown): string => (err instanceof Error ? err.message : String(err));
 
+/** The database of the BENCH_OTHER build. */
+export const otherDatabase = (opts: { readonly dbName: string }): string => `${opts.dbName}_other`;
+
 export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
   const servers = new Map<ServerId, ServerHandle>();
   const unavailable = new Map<ServerId, string>();
@@ -58,13 +61,21 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
   let databaseUrl: string | null = null;
   let dbError: string | null = null;
   let commitProbe: Fleet['commitProbe'] = null;
-  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-pg-tls') || plan.servers.has('proxy-pg-traced') || plan.servers.has('proxy-redis') || plan.rss || plan.pair) {
+  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-pg-tls') || plan.servers.has('proxy-pg-other') || plan.servers.has('proxy-pg-traced') || plan.servers.has('proxy-redis') || plan.rss || plan.pair) {
     try {
       databaseUrl = await recreateDatabase(ctx.opts.adminUrl, ctx.opts.dbName);
       ctx.log(`database ${ctx.opts.dbName} created fresh`);
     } catch (err) {
       dbError = `cannot create database ${ctx.opts.dbName}: ${message(err)}`;
     }
+  }
+  // The other build migrates a database of its own: its schema may be older or newer than this build's.
+  let otherUrl: string | null = null;
+  if (plan.servers.has('proxy-pg-other') && databaseUrl !== null) {
+    otherUrl = await recreateDatabase(ctx.opts.adminUrl, otherDatabase(ctx.opts)).catch((err: unknown) => {
+      dbError = `cannot create database ${otherDatabase(ctx.opts)}: ${message(err)}`;
+      return null;
+    });
   }
   if (databaseUrl !== null) {
     commitProbe = await commitLatency(databaseUrl, 200).catch(() => null);
@@ -92,6 +103,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
     ['proxy-pg-traced', databaseUrl, null],
     ['proxy-redis', databaseUrl, ctx.opts.redisUrl],
     ['proxy-embedded', null, null],
+    ['proxy-pg-other', otherUrl, null],
   ];
   for (const [id, db, redis] of proxies) {
     if (!plan.servers.has(id)) continue;
@@ -108,6 +120,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
       const p = await startProxy(ctx, {
         name: id, upstream: upstream.url, databaseUrl: db, redisUrl: redis,
         ...(id === 'proxy-pg-traced' ? { env: otel } : {}), ...(id === 'proxy-pg-tls' && cert !== null ? { tls: cert } : {}),
+        ...(id === 'proxy-pg-other' ? { root: ctx.opts.other! } : {}),
       });
       servers.set(id, p);
       ctx.log(`${id} ${p.url} (pid ${p.pid}, ready in ${((Date.now() - started) / 1000).toFixed(1)} s)`);

@@ -78,6 +78,8 @@ export interface ProxyOptions {
   readonly env?: NodeJS.ProcessEnv;
   /** TLS and HTTP/2 on the listener with this certificate (bench/proxy.yaml with listen.tls and listen.http2 added). */
   readonly tls?: BenchCertificate;
+  /** Another checkout's root (BENCH_OTHER): its dist/src/main.js and its bench/proxy.yaml. */
+  readonly root?: string;
 }
 
 /** bench/proxy.yaml as it is, with `listen: { address, tls, http2: true }`: one file of routes for every proxy of the run. */
@@ -90,7 +92,8 @@ function tlsConfig(ctx: BenchContext, cert: BenchCertificate): string {
 }
 
 export function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHandle> {
-  const config = p.tls !== undefined ? tlsConfig(ctx, p.tls) : join(ctx.projectRoot, 'bench', p.databaseUrl === null ? 'proxy-embedded.yaml' : 'proxy.yaml');
+  const config = p.tls !== undefined ? tlsConfig(ctx, p.tls) : join(p.root ?? ctx.projectRoot, 'bench', p.databaseUrl === null ? 'proxy-embedded.yaml' : 'proxy.yaml');
+  const main = p.root === undefined ? join(ctx.distRoot, 'src', 'main.js') : join(p.root, 'dist', 'src', 'main.js');
   const args = ['serve', '--config', config, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'];
   if (p.databaseUrl !== null) args.push('--database-url', p.databaseUrl);
   if (p.redisUrl !== null) args.push('--redis-url', p.redisUrl);
@@ -101,7 +104,7 @@ export function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHa
   return ctx.children.start({
     name: p.name,
     // As the Docker image's ENTRYPOINT starts it: node NODE_FLAGS dist/src/main.js.
-    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, ...NODE_FLAGS, join(ctx.distRoot, 'src', 'main.js'), ...args],
+    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, ...NODE_FLAGS, main, ...args],
     logFile: join(ctx.tmp, `${p.name}.log`),
     env,
     cwd: ctx.projectRoot,

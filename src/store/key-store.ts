@@ -19,9 +19,10 @@ export interface KeyStoreOptions {
   /** Told the size of every claim or commit statement sent (rows in it). */
   readonly onBatch?: (statement: 'claim' | 'commit', rows: number) => void;
   /**
-   * A lone claim or commit goes as its single-row statement (default true).
-   * False sends every one through the batch statement: tests run the store's
-   * contract against both.
+   * A lone commit goes as its single-row statement (default true). False
+   * sends every one through the batch statement: tests run the store's
+   * contract against both. (A claim is one statement for any number of
+   * keys: the claim call takes arrays.)
    */
   readonly singleRowStatements?: boolean;
 }
@@ -145,8 +146,8 @@ export class KeyStore {
   }
 
   /**
-   * One batch of claims, per tenant: an insert of the new keys, then for the
-   * others a found read and, where needed, a takeover (each statement
+   * One batch of claims, per tenant: one claim call (insert the new keys,
+   * read the others) and, where needed, a takeover (each statement
    * touches one tenant: one shard on Citus; the tenants of a batch run side
    * by side). Requests for a key
    * already in the batch (a retry storm) are not sent: they get their answer
@@ -158,7 +159,7 @@ export class KeyStore {
     if (n === 1) {
       const c = items[0]!;
       this.onBatch?.('claim', 1);
-      return [rawFromRow((await claimTenant(this.db, c.tenantId, items, this.singleRow, budgetMs))[0]!, c.fingerprint)];
+      return [rawFromRow((await claimTenant(this.db, c.tenantId, items, budgetMs))[0]!, c.fingerprint)];
     }
     const firstOf = new Map<string, number>();
     const tenants = new Map<string, number[]>();
@@ -174,7 +175,7 @@ export class KeyStore {
     const rowOf = new Array<ClaimRow | undefined>(n);
     await Promise.all([...tenants].map(async ([tenantId, idx]) => {
       this.onBatch?.('claim', idx.length);
-      const rows = await claimTenant(this.db, tenantId, idx.map((i) => items[i]!), this.singleRow, budgetMs);
+      const rows = await claimTenant(this.db, tenantId, idx.map((i) => items[i]!), budgetMs);
       for (let j = 0; j < idx.length; j++) rowOf[idx[j]!] = rows[j];
     }));
     const out = new Array<RawClaim>(n);

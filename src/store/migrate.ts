@@ -36,6 +36,16 @@ const CITUS = {
   done: { name: '', text: `SELECT logicalrelid::regclass::text AS name FROM pg_dist_partition` },
   distribute: { name: '', text: `SELECT create_distributed_table('idempotency_keys', 'tenant_id')` },
   reference: { name: '', text: `SELECT create_reference_table('idempotency_schema_migrations')` },
+  // The claim function runs whole on the worker of the tenant's shard (migration 4).
+  claimDone: {
+    name: '',
+    text: `SELECT EXISTS (SELECT 1 FROM pg_dist_object
+                         WHERE objid = 'idempotency_claim'::regproc AND distribution_argument_index IS NOT NULL) AS done`,
+  },
+  claim: {
+    name: '',
+    text: `SELECT create_distributed_function('idempotency_claim'::regproc, 'p_tenant', colocate_with := 'idempotency_keys')`,
+  },
 } as const;
 
 async function distributeOnCitus(tx: Queryable): Promise<string[]> {
@@ -50,6 +60,11 @@ async function distributeOnCitus(tx: Queryable): Promise<string[]> {
   if (!done.has('idempotency_keys')) {
     await tx.query(CITUS.distribute, []);
     distributed.push('idempotency_keys');
+  }
+  const [claim] = await tx.query<{ done: boolean }>(CITUS.claimDone, []);
+  if (claim?.done !== true) {
+    await tx.query(CITUS.claim, []);
+    distributed.push('idempotency_claim()');
   }
   return distributed;
 }

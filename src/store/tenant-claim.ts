@@ -1,13 +1,11 @@
-// The claim of one tenant's distinct keys: the insert of new keys, then the
-// found read of the keys it left alone, then the takeover of those that need
-// it (src/store/sql/claim.ts; docs/storage.md). Each statement touches the
-// one tenant only, so on Citus it runs on one shard.
+// The claim of one tenant's distinct keys: one call that inserts the new keys
+// and reads the rows of the keys it left alone, then the takeover of those
+// that need it (src/store/sql/claim.ts; docs/storage.md). Each statement
+// touches the one tenant only, so on Citus it runs on one shard.
 import type { Queryable } from './db/port.js';
 import { toBuffer } from './db/port.js';
 import type { ClaimRequest } from './records.js';
-import {
-  INSERT_PARAMS_PER_ROW, claimInsertStatement, foundOneStatement, foundStatement,
-} from './sql/claim.js';
+import { INSERT_PARAMS_PER_ROW, claimStatement, takeoverStatement } from './sql/claim.js';
 
 /** What the claim learnt about one key: claimed by this request, or the row that holds it. */
 export interface ClaimRow {
@@ -38,6 +36,9 @@ interface InsertedRow {
   attempt: number;
 }
 
+/** A row of the claim call: inserted by it, or found (left alone). */
+type CalledRow = (InsertedRow & { inserted: true }) | (FoundRow & { inserted: false });
+
 const NOTHING: ClaimRow = {
   claimed: false, claim_attempt: null, state: null, fingerprint: null, status_code: null,
   response_headers: null, response_body: null, body_retained: null, body_size: null,
@@ -57,10 +58,9 @@ function settled(row: FoundRow, fingerprint: Buffer): boolean {
   return row.lease_over === false || !fingerprint.equals(toBuffer(row.fingerprint)!);
 }
 
-/** Sends the insert of `kind` for items[idx] (sorted by key: the lock order); the rows it wrote, by key. */
-async function insert(
-  db: Queryable, kind: 'new' | 'takeover', tenantId: string, items: readonly ClaimRequest[], idx: number[], clock: number | null,
-  budgetMs: number | undefined,
+/** Sends the takeover of items[idx] (sorted by key: the lock order); the rows it wrote, by key. */
+async function takeover(
+  db: Queryable, tenantId: string, items: readonly ClaimRequest[], idx: number[], clock: number, budgetMs: number | undefined,
 ): Promise<Map<string, InsertedRow>> {
   idx.sort((a, b) => byKey(items[a]!, items[b]!));
   const values = new Array<unknown>(2 + idx.length * INSERT_PARAMS_PER_ROW);
@@ -73,10 +73,20 @@ async function insert(
     values[p++] = c.leaseMs; values[p++] = c.ttlMs; values[p++] = c.onExpiredLease;
     values[p++] = c.route; values[p++] = c.method; values[p++] = c.path;
   }
-  const rows = await db.query<InsertedRow>(claimInsertStatement(idx.length, kind), values, budgetMs);
+  const rows = await db.query<InsertedRow>(takeoverStatement(idx.length), values, budgetMs);
   const byKeyWritten = new Map<string, InsertedRow>();
   for (const r of rows) byKeyWritten.set(r.idem_key, r);
   return byKeyWritten;
+}
+
+/** The claim call for all of `items` (sorted by key: the lock order). */
+function claimCall(db: Queryable, tenantId: string, items: readonly ClaimRequest[], budgetMs: number | undefined): Promise<CalledRow[]> {
+  const sorted = items.length === 1 ? items : [...items].sort(byKey);
+  return db.query<CalledRow>(claimStatement, [
+    tenantId, sorted.map((c) => c.key), sorted.map((c) => c.fingerprint.toString('hex')), sorted.map((c) => c.ownerToken),
+    sorted.map((c) => c.leaseMs), sorted.map((c) => c.ttlMs), sorted.map((c) => c.onExpiredLease),
+    sorted.map((c) => c.route), sorted.map((c) => c.method), sorted.map((c) => c.path),
+  ], budgetMs);
 }
 
 function fromInserted(r: InsertedRow, c: ClaimRequest): ClaimRow {
@@ -87,39 +97,36 @@ function fromInserted(r: InsertedRow, c: ClaimRequest): ClaimRow {
 
 /**
  * Claims `items` (distinct keys of `tenantId`); one ClaimRow per item, in
- * order. A row with state null vanished or is not yet visible, or a
- * concurrent claim changed it: the caller claims again. `budgetMs` (what is
- * left of store.timeout) bounds the statements together, not each one.
+ * order. A row with state null vanished, or a concurrent claim changed it:
+ * the caller claims again. `budgetMs` (what is left of store.timeout) bounds
+ * the statements together, not each one.
  */
 export async function claimTenant(
-  db: Queryable, tenantId: string, items: readonly ClaimRequest[], singleRow = true, budgetMs?: number,
+  db: Queryable, tenantId: string, items: readonly ClaimRequest[], budgetMs?: number,
 ): Promise<ClaimRow[]> {
   const t0 = budgetMs === undefined ? 0 : performance.now();
   const left = (): number | undefined => (budgetMs === undefined ? undefined : budgetMs - (performance.now() - t0));
   const out = new Array<ClaimRow>(items.length);
-  const inserted = await insert(db, 'new', tenantId, items, items.map((_, i) => i), null, budgetMs);
-  const held: number[] = [];
-  for (let i = 0; i < items.length; i++) {
-    const r = inserted.get(items[i]!.key);
-    if (r !== undefined) out[i] = fromInserted(r, items[i]!);
-    else held.push(i);
-  }
-  if (held.length === 0) return out;
-  const found = held.length === 1 && singleRow
-    ? await db.query<FoundRow>(foundOneStatement, [tenantId, items[held[0]!]!.key], left())
-    : await db.query<FoundRow>(foundStatement, [tenantId, held.map((i) => items[i]!.key)], left());
+  const inserted = new Map<string, InsertedRow>();
   const byKeyFound = new Map<string, FoundRow>();
-  for (const f of found) byKeyFound.set(f.idem_key, f);
-  const takeover: number[] = [];
-  for (const i of held) {
-    const f = byKeyFound.get(items[i]!.key);
-    if (f === undefined) out[i] = NOTHING; // deleted since the insert: claim again
-    else if (settled(f, items[i]!.fingerprint)) out[i] = { ...f, claimed: false, claim_attempt: null };
-    else takeover.push(i);
+  let clock = 0;
+  for (const r of await claimCall(db, tenantId, items, budgetMs)) {
+    if (r.inserted) inserted.set(r.idem_key, r);
+    else { byKeyFound.set(r.idem_key, r); clock = r.clock; }
   }
-  if (takeover.length === 0) return out;
-  const taken = await insert(db, 'takeover', tenantId, items, takeover, found[0]!.clock, left());
-  for (const i of takeover) {
+  const toTake: number[] = [];
+  for (let i = 0; i < items.length; i++) {
+    const c = items[i]!;
+    const r = inserted.get(c.key);
+    const f = byKeyFound.get(c.key);
+    if (r !== undefined) out[i] = fromInserted(r, c);
+    else if (f === undefined) out[i] = NOTHING; // deleted since the insert: claim again
+    else if (settled(f, c.fingerprint)) out[i] = { ...f, claimed: false, claim_attempt: null };
+    else toTake.push(i);
+  }
+  if (toTake.length === 0) return out;
+  const taken = await takeover(db, tenantId, items, toTake, clock, left());
+  for (const i of toTake) {
     const r = taken.get(items[i]!.key);
     out[i] = r === undefined ? NOTHING : fromInserted(r, items[i]!); // left alone: a concurrent claim changed it
   }

@@ -34,7 +34,12 @@ describe(`migrate, two instances at once${citusNodes === null ? '' : ', on Citus
     if (citusNodes === null) {
       assert.deepEqual(distributed, []);
     } else {
-      assert.deepEqual(distributed, ['idempotency_keys', 'idempotency_schema_migrations']);
+      assert.deepEqual(distributed, ['idempotency_claim()', 'idempotency_keys', 'idempotency_schema_migrations']);
+      // The claim function is distributed by its tenant, colocated with the key table (one hop per call).
+      const [fn] = await sql<{ arg: number; colocated: boolean }>(t.url, `SELECT o.distribution_argument_index AS arg,
+          o.colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'idempotency_keys'::regclass) AS colocated
+        FROM pg_dist_object o WHERE o.objid = 'idempotency_claim'::regproc`);
+      assert.deepEqual(fn, { arg: 0, colocated: true });
       assert.deepEqual(kinds, [
         { name: 'idempotency_keys', kind: 'distributed' },
         { name: 'idempotency_schema_migrations', kind: 'reference' },

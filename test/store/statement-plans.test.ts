@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { createPgDb } from '../../src/store/db/pg.js';
 import type { Db, Statement } from '../../src/store/db/port.js';
-import { claimInsertStatement, foundOneStatement, foundStatement } from '../../src/store/sql/claim.js';
+import { claimStatement, takeoverStatement } from '../../src/store/sql/claim.js';
 import { commitOneStatement, commitStatement } from '../../src/store/sql/commit.js';
 import { extendStatement } from '../../src/store/sql/extend.js';
 import { getStatement } from '../../src/store/sql/get.js';
@@ -12,6 +12,7 @@ import { releaseStatement } from '../../src/store/sql/release.js';
 import { markUnknownStatement } from '../../src/store/sql/mark-unknown.js';
 import { sweepDeleteStatement } from '../../src/store/sql/sweep.js';
 import { claimToken } from '../../src/store/claim-token.js';
+import pg from 'pg';
 import { citusNodes } from '../helpers/citus.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
@@ -23,13 +24,14 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 const row = (key: string): unknown[] => [key, 'aa', randomUUID(), 60_000, 3_600_000, 'reexecute', 'r', 'POST', '/p'];
 const keys = ['a', 'b', 'c'];
 const arrays = [keys, keys.map(() => randomUUID()), [200, 200, 200], ['[]', '[]', '[]'], ['', '', ''], [true, true, true], [0, 0, 0]];
+/** The claim call's parameters for `ks` of tenant t. */
+const call = (ks: string[]): unknown[] => ['t', ks, ks.map(() => 'aa'), ks.map(() => randomUUID()), ks.map(() => 60_000),
+  ks.map(() => 3_600_000), ks.map(() => 'reexecute'), ks.map(() => 'r'), ks.map(() => 'POST'), ks.map(() => '/p')];
+const claims: Array<[string, unknown[]]> = [['claim call (one key)', call(['a'])], ['claim call (batch of 3)', call(keys)]];
 const cases: Array<[string, Statement, unknown[]]> = [
-  ['found (batch)', foundStatement, ['t', keys]],
-  ['found (one)', foundOneStatement, ['t', 'a']],
-  ['new key (one)', claimInsertStatement(1), [null, 't', ...row('a')]],
-  ['new keys (batch of 3)', claimInsertStatement(3), [null, 't', ...row('a'), ...row('b'), ...row('c')]],
-  ['takeover (one)', claimInsertStatement(1, 'takeover'), [Date.now() / 1000, 't', ...row('a')]],
-  ['takeover (batch of 3)', claimInsertStatement(3, 'takeover'), [Date.now() / 1000, 't', ...row('a'), ...row('b'), ...row('c')]],
+  ...claims.map(([label, values]): [string, Statement, unknown[]] => [label, claimStatement, values]),
+  ['takeover (one)', takeoverStatement(1), [Date.now() / 1000, 't', ...row('a')]],
+  ['takeover (batch of 3)', takeoverStatement(3), [Date.now() / 1000, 't', ...row('a'), ...row('b'), ...row('c')]],
   ['commit (batch)', commitStatement, ['t', ...arrays]],
   ['commit (one)', commitOneStatement, ['t', 'a', randomUUID(), 200, '[]', '', true, 0]],
   ['extend', extendStatement, ['t', 'a', randomUUID(), 60_000]],
@@ -56,7 +58,9 @@ describe(citusNodes === null ? 'statement plans on PostgreSQL' : 'statement plan
     test(`${label}: ${citusNodes === null ? 'by primary key' : 'one task, router-planned'}`, async () => {
       const plan = (await db.query<{ 'QUERY PLAN': string }>({ name: '', text: `EXPLAIN ${stmt.text}` }, values))
         .map((r) => r['QUERY PLAN']).join('\n');
-      if (citusNodes === null) {
+      if (citusNodes === null && stmt === claimStatement) {
+        assert.match(plan, /Function Scan on idempotency_claim/, plan); // its statements: the next test
+      } else if (citusNodes === null) {
         assert.doesNotMatch(plan, /Seq Scan on idempotency_keys/, plan);
         assert.match(plan, /idempotency_keys_pkey/, plan);
       } else {
@@ -67,6 +71,44 @@ describe(citusNodes === null ? 'statement plans on PostgreSQL' : 'statement plan
     });
   }
 });
+
+// The claim call's own statements (migration 4), with the proxy's session
+// settings, planned as auto_explain logs them: by primary key on PostgreSQL.
+// (On Citus the call is the one task above; the worker runs them on its shard.)
+if (citusNodes === null) {
+  describe('the claim call\'s statements on PostgreSQL', () => {
+    let t: TestDatabase;
+    before(async () => {
+      t = await createTestDatabase();
+    });
+    after(async () => {
+      await t?.drop();
+    });
+
+    for (const [label, values] of claims) {
+      test(`${label}: its insert and its read by primary key`, async () => {
+        const client = new pg.Client({ connectionString: t.url });
+        const plans: string[] = [];
+        client.on('notice', (n) => { if (/Query Text/.test(n.message ?? '')) plans.push(n.message!); });
+        await client.connect();
+        try {
+          for (const set of ['SET enable_seqscan = off', 'SET plan_cache_mode = force_generic_plan', "LOAD 'auto_explain'",
+            'SET auto_explain.log_min_duration = 0', 'SET auto_explain.log_nested_statements = on', 'SET client_min_messages = log']) {
+            await client.query(set);
+          }
+          await client.query({ name: 'c', text: claimStatement.text, values }); // inserts
+          await client.query({ name: 'c', text: claimStatement.text, values }); // finds
+        } finally {
+          await client.end();
+        }
+        const inner = plans.filter((p) => /idempotency_keys/.test(p) && !/Query Text: SELECT \* FROM idempotency_claim/.test(p));
+        assert.ok(inner.some((p) => /Insert on idempotency_keys/.test(p)), plans.join('\n---\n'));
+        assert.ok(inner.some((p) => /Index Scan using idempotency_keys_pkey/.test(p)), plans.join('\n---\n'));
+        for (const p of inner) assert.doesNotMatch(p, /Seq Scan on idempotency_keys/, p);
+      });
+    }
+  });
+}
 
 // The functions of migration 2 (docs/co-commit.md, docs/chain.md) are called
 // from the upstream's own transaction, on the coordinator. On Citus the
@@ -89,7 +131,7 @@ if (citusNodes !== null) {
 
     test('idempotency_settle is one task inside a transaction; idempotency_steps is not distributed', async () => {
       const owner = randomUUID();
-      await db.query(claimInsertStatement(1), [null, 't', 'settle-me', 'aa', owner, 60_000, 3_600_000, 'reexecute', 'r', 'POST', '/p']);
+      await db.query(claimStatement, ['t', ['settle-me'], ['aa'], [owner], [60_000], [3_600_000], ['reexecute'], ['r'], ['POST'], ['/p']]);
       const token = claimToken('t', 'settle-me', owner);
       const settled = await db.transaction(async (tx) => {
         await tx.query({ name: '', text: "SET LOCAL citus.multi_task_query_log_level = 'error'" }, []);

@@ -4,6 +4,7 @@
 
 import { coCommit } from './002-co-commit.js';
 import { probeLease } from './003-probe.js';
+import { claimFunction } from './004-claim-function.js';
 
 export interface Migration {
   readonly version: number;
@@ -43,6 +44,7 @@ CREATE INDEX idempotency_keys_expires_at ON idempotency_keys (expires_at);
   },
   coCommit,
   probeLease,
+  claimFunction,
 ];
 
 export const latestVersion = migrations[migrations.length - 1]!.version;

@@ -1,20 +1,20 @@
 import type { Statement } from '../db/port.js';
 
 // The claim of one tenant's keys, in single-tenant statements (every
-// reference to the table filters on tenant_id = $1, so on Citus each is
-// router-planned to the one shard that holds the tenant; docs/scale.md):
+// reference to the table filters on tenant_id = $1, so on Citus each runs on
+// the one shard that holds the tenant; docs/scale.md):
 //
-// 1. new: INSERT ... VALUES ... ON CONFLICT DO NOTHING. A new key (the usual
-//    case) is claimed by this one statement. A key that has a row is left
-//    alone without a row lock: the conflict is found before anything is
-//    written, so a statement of nothing but duplicates writes nothing (no
-//    transaction id, no WAL flush).
-// 2. found, for the keys the insert left alone: their rows as they stand,
-//    with the statement's clock and the time tests the claim depends on. A
-//    row settled for this request — complete or outcome_unknown within its
-//    retention, in flight under a live lease, or in flight under another
-//    fingerprint — is answered from it.
-// 3. takeover, for the rest only: INSERT ... ON CONFLICT DO UPDATE ... WHERE
+// 1. claim: one call of idempotency_claim (migration 4, src/store/migrations/
+//    004-claim-function.ts): it reads the keys' rows first (found), and
+//    only for keys without a row inserts them (ON CONFLICT DO NOTHING),
+//    reading again what that insert left alone (rows committed after the
+//    first read). A duplicate is answered by one read that writes nothing
+//    and takes no lock; a new key costs the read and the insert; both one
+//    round trip. On Citus the call is sent whole to the worker that holds
+//    the tenant's shard. A row settled for this request — complete or
+//    outcome_unknown within its retention, in flight under a live lease,
+//    or in flight under another fingerprint — is answered from it.
+// 2. takeover, for the rest only: INSERT ... ON CONFLICT DO UPDATE ... WHERE
 //    <takeover>, which takes over a row whose retention expired (unless it
 //    is in flight under a live lease), takes over an in_flight row whose
 //    lease ran out with the same fingerprint (on_expired_lease = reexecute)
@@ -22,41 +22,28 @@ import type { Statement } from '../db/port.js';
 //    claim changed it: the store claims again).
 //
 // One clock per row: the takeover compares times with the clock of the
-// found statement that read the rows (passed as $1, epoch seconds to the
-// microsecond); a new row's times come from the insert's own now() ($1
-// NULL). Every comparison inside an insert reads EXCLUDED.created_at, the
-// row's clock, never now() (Citus refuses STABLE functions in ON CONFLICT
-// ... SET/WHERE, and evaluates a write's now() on the coordinator but a
-// read's on the worker: one value read once keeps the tests of a row in
-// agreement).
-// Rows are inserted (and locked) in the order of the VALUES list, which the
-// store sorts by key, the order every statement of the store locks rows in:
-// overlapping batches wait for each other but never deadlock.
+// claim call that read the rows (passed as $1, epoch seconds to the
+// microsecond). Every comparison inside the takeover reads
+// EXCLUDED.created_at, the row's clock, never now() (Citus refuses STABLE
+// functions in ON CONFLICT ... SET/WHERE, and evaluates a routed write's
+// now() on the coordinator but a read's on the worker: one value read once
+// keeps the tests of a row in agreement).
+// Rows are inserted (and locked) in the order of the arrays or the VALUES
+// list, which the store sorts by key, the order every statement of the store
+// locks rows in: overlapping batches wait for each other but never deadlock.
 
-const foundText = (keyTest: string): string => `
-SELECT extract(epoch FROM now())::float8 AS clock, e.idem_key, e.state, e.fingerprint,
-       e.status_code, e.response_headers, e.response_body, e.body_retained, e.body_size,
-       (e.expires_at <= now() AND (e.state <> 'in_flight' OR e.locked_until <= now())) AS free,
-       (e.state = 'in_flight' AND e.locked_until <= now()) AS lease_over,
-       greatest(1, ceil(extract(epoch FROM (e.locked_until - now()))))::int AS retry_after_s,
-       -- The remaining retention of a replayed row: the cache refills with it.
-       greatest(0, floor(extract(epoch FROM (e.expires_at - now())) * 1000))::float8 AS ttl_left_ms
-  FROM idempotency_keys e
- WHERE e.tenant_id = $1 AND ${keyTest}`;
-
-/** One tenant's rows for a batch of keys: $1 tenant, $2 keys. */
-export const foundStatement: Statement = {
-  name: 'idem_claim_found_v1',
-  text: foundText('e.idem_key = ANY($2::text[])'),
+/**
+ * The claim of distinct keys of one tenant: $1 tenant, then arrays of keys,
+ * fingerprints (hex), owner tokens, lease ms, ttl ms, on_expired_lease,
+ * routes, methods, paths, in the order the store sorted them (by key).
+ */
+export const claimStatement: Statement = {
+  name: 'idem_claim_v3',
+  text: `SELECT * FROM idempotency_claim($1::text, $2::text[], $3::text[], $4::uuid[], $5::float8[], $6::float8[],
+                                  $7::text[], $8::text[], $9::text[], $10::text[])`,
 };
 
-/** The same for exactly one key (a plain primary-key lookup): $1 tenant, $2 key. */
-export const foundOneStatement: Statement = {
-  name: 'idem_claim_found_one_v1',
-  text: foundText('e.idem_key = $2'),
-};
-
-/** Parameters per inserted row, after $1 (clock) and $2 (tenant). */
+/** Parameters per row of a takeover, after $1 (clock) and $2 (tenant). */
 export const INSERT_PARAMS_PER_ROW = 9;
 
 const TAKEOVER = `DO UPDATE SET
@@ -96,22 +83,19 @@ ON CONFLICT (tenant_id, idem_key) ${onConflict}
 RETURNING k.idem_key, k.state, k.owner_token, k.attempt`;
 }
 
-const newStatements: Statement[] = [];
 const takeoverStatements: Statement[] = [];
 
 /**
- * The insert of `rows` new keys of one tenant (1.), or the takeover of
- * `rows` of its keys (3.). One text per batch size, built once per process
- * and prepared once per connection; the one-row statements are the lone
- * claim's (the usual case when the proxy is not busy).
+ * The takeover of `rows` keys of one tenant (2.): $1 the claim call's clock,
+ * $2 tenant, then INSERT_PARAMS_PER_ROW per row. One text per batch size,
+ * built once per process and prepared once per connection.
  */
-export function claimInsertStatement(rows: number, kind: 'new' | 'takeover' = 'new'): Statement {
-  const cache = kind === 'new' ? newStatements : takeoverStatements;
-  let s = cache[rows];
+export function takeoverStatement(rows: number): Statement {
+  let s = takeoverStatements[rows];
   if (s === undefined) {
-    const name = rows === 1 ? `idem_claim_${kind}_one_v1` : `idem_claim_${kind}_v1_${rows}`;
-    s = { name, text: insertText(rows, kind === 'new' ? 'DO NOTHING' : TAKEOVER) };
-    cache[rows] = s;
+    const name = rows === 1 ? 'idem_claim_takeover_one_v1' : `idem_claim_takeover_v1_${rows}`;
+    s = { name, text: insertText(rows, TAKEOVER) };
+    takeoverStatements[rows] = s;
   }
   return s;
 }
