@@ -27,16 +27,17 @@ export function respond(deps: LifecycleDeps, ctx: RequestContext, v: Verdict): P
         status: v.status, retryAfterS: v.retryAfterS, close: v.close, retryable: v.retryable, key: ctx.key, echo: echo ? ctx.key : null, extra: v.extra,
       });
       return;
-    case 'replay':
+    case 'replay': {
       ctx.outcome = 'replayed';
       ctx.status = v.response.status;
       if (ctx.span !== null) deps.tracing!.linkReplay(ctx, v.response);
       // A record without its body is a marker or a reference; a reference replays the resource's current body.
-      if (!v.response.bodyRetained && referenceOf(v.response.headers) !== null) return replayReferenceOf(deps, ctx, v, dialect, echo);
-      respondReplay(res, dialect, v.response, ctx.requestId, ctx.key, echo);
+      const path = v.response.bodyRetained ? null : referenceOf(v.response.headers);
+      if (path === null) respondReplay(res, dialect, v.response, ctx.requestId, ctx.key, echo);
       // Served from PostgreSQL (the cache missed): put the record back.
       if (v.ttlLeftMs !== undefined) deps.cache?.refill(ctx.tenantId, ctx.key!, ctx.fingerprint, v.response, v.ttlLeftMs);
-      return;
+      return path === null ? undefined : replayReferenceOf(deps, ctx, v, path, dialect, echo);
+    }
     case 'record':
       ctx.status = v.response.status;
       if (!res.destroyed) respondRecord(res, dialect, v.response, ctx.requestId, echo ? ctx.key : null);
@@ -66,8 +67,7 @@ async function forward(deps: LifecycleDeps, ctx: RequestContext, outcome: 'passt
   if (outcome === 'store_error') ctx.outcome = outcome;
 }
 
-async function replayReferenceOf(deps: LifecycleDeps, ctx: RequestContext, v: ReplayVerdict, dialect: Dialect, echo: boolean): Promise<void> {
-  if (v.ttlLeftMs !== undefined) deps.cache?.refill(ctx.tenantId, ctx.key!, ctx.fingerprint, v.response, v.ttlLeftMs);
-  const p = await replayReference(deps, ctx, v.response, referenceOf(v.response.headers)!, dialect, echo);
+async function replayReferenceOf(deps: LifecycleDeps, ctx: RequestContext, v: ReplayVerdict, path: string, dialect: Dialect, echo: boolean): Promise<void> {
+  const p = await replayReference(deps, ctx, v.response, path, dialect, echo);
   if (p !== null) respond(deps, ctx, p);
 }
