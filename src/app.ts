@@ -15,7 +15,7 @@ import { createUpstream } from './proxy/upstream.js';
 import { openDb } from './store/open.js';
 import type { Db } from './store/db/port.js';
 import { KeyStore } from './store/key-store.js';
-import { latestVersion, migrate, schemaVersion } from './store/migrate.js';
+import { latestVersion, migrate, onCitus, schemaVersion } from './store/migrate.js';
 import { startSweeper } from './store/sweeper.js';
 import type { ReplayCache } from './store/cache.js';
 import { createRedisCache, defaultCachePrefix, type RedisCacheTuning } from './store/redis-cache.js';
@@ -95,7 +95,8 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
         throw new Error(`the database schema is at version ${v}, this proxy needs ${latestVersion}: run "idempotency-proxy migrate" first (or start without store.migrate: false)`);
       }
     }
-    const store: KeyStore = new InstrumentedKeyStore(db, metrics);
+    // A batch of several tenants as one statement, except on Citus (one tenant, one shard).
+    const store: KeyStore = new InstrumentedKeyStore(db, metrics, { crossTenantBatches: !(await onCitus(db)) });
     const router = new Router(config);
     const upstream = createUpstream(config.upstream);
     let forcedShutdown = false;

@@ -4,8 +4,8 @@ import { type Db, toBuffer } from './db/port.js';
 import type {
   ClaimOutcome, ClaimRequest, CommitOutcome, CommitRequest, KeyRecord, StoredResponse,
 } from './records.js';
-import { type ClaimRow, byKey, claimTenant } from './tenant-claim.js';
-import { commitOneStatement, commitStatement } from './sql/commit.js';
+import { type ClaimRow, byKey, claimTenant, claimTenants } from './tenant-claim.js';
+import { commitOneStatement, commitStatement, commitTenantsStatement } from './sql/commit.js';
 import { releaseStatement } from './sql/release.js';
 import { markUnknownStatement } from './sql/mark-unknown.js';
 import { extendStatement } from './sql/extend.js';
@@ -25,6 +25,15 @@ export interface KeyStoreOptions {
    * keys: the claim call takes arrays.)
    */
   readonly singleRowStatements?: boolean;
+  /**
+   * A batch that mixes tenants goes as one claim call and one commit
+   * statement for all of them (default false: one per tenant). True on plain
+   * PostgreSQL and the embedded store, where src/app.ts sets it; never on
+   * Citus, where a statement must touch one tenant to run on one shard
+   * (docs/scale.md). With keyScope: tenantAndPath every request path is a
+   * tenant: without it, requests to different paths never share a statement.
+   */
+  readonly crossTenantBatches?: boolean;
 }
 
 type RawClaim =
@@ -49,10 +58,12 @@ export class KeyStore {
   private readonly commits: Batcher<CommitRequest, CommitOutcome>;
   private readonly onBatch: KeyStoreOptions['onBatch'];
   private readonly singleRow: boolean;
+  private readonly crossTenant: boolean;
 
   constructor(private readonly db: Db, opts: KeyStoreOptions = {}) {
     this.onBatch = opts.onBatch;
     this.singleRow = opts.singleRowStatements ?? true;
+    this.crossTenant = opts.crossTenantBatches ?? false;
     const maxBatch = opts.maxBatch ?? 256;
     const maxInFlight = opts.maxInFlight ?? (db.singleInstance ? 1 : 2);
     const sizes = { maxBatch, maxInFlight, timeoutMs: db.timeoutMs };
@@ -149,7 +160,8 @@ export class KeyStore {
    * One batch of claims, per tenant: one claim call (insert the new keys,
    * read the others) and, where needed, a takeover (each statement
    * touches one tenant: one shard on Citus; the tenants of a batch run side
-   * by side). Requests for a key
+   * by side). With crossTenantBatches the tenants of a batch share one claim
+   * call (takeovers stay per tenant: rare). Requests for a key
    * already in the batch (a retry storm) are not sent: they get their answer
    * from the first one's row — a key this batch claimed is in flight for
    * them — so a storm of N duplicates costs one round trip, not N.
@@ -173,11 +185,22 @@ export class KeyStore {
       else group.push(i);
     }
     const rowOf = new Array<ClaimRow | undefined>(n);
-    await Promise.all([...tenants].map(async ([tenantId, idx]) => {
-      this.onBatch?.('claim', idx.length);
-      const rows = await claimTenant(this.db, tenantId, idx.map((i) => items[i]!), budgetMs);
-      for (let j = 0; j < idx.length; j++) rowOf[idx[j]!] = rows[j];
-    }));
+    if (this.crossTenant && tenants.size > 1) {
+      const groups = [...tenants].map(([tenantId, idx]) => ({ tenantId, items: idx.map((i) => items[i]!) }));
+      this.onBatch?.('claim', firstOf.size);
+      const rows = await claimTenants(this.db, groups, budgetMs);
+      let g = 0;
+      for (const idx of tenants.values()) {
+        const group = rows[g++]!;
+        for (let j = 0; j < idx.length; j++) rowOf[idx[j]!] = group[j];
+      }
+    } else {
+      await Promise.all([...tenants].map(async ([tenantId, idx]) => {
+        this.onBatch?.('claim', idx.length);
+        const rows = await claimTenant(this.db, tenantId, idx.map((i) => items[i]!), budgetMs);
+        for (let j = 0; j < idx.length; j++) rowOf[idx[j]!] = rows[j];
+      }));
+    }
     const out = new Array<RawClaim>(n);
     for (let i = 0; i < n; i++) {
       const row = rowOf[i];
@@ -189,7 +212,10 @@ export class KeyStore {
     return out;
   }
 
-  /** One commit statement per tenant of the batch, its rows in key order (the claims' lock order). */
+  /**
+   * One commit statement per tenant of the batch, its rows in key order (the
+   * claims' lock order); with crossTenantBatches one for the whole batch.
+   */
   private async runCommits(items: readonly CommitRequest[], budgetMs?: number): Promise<CommitOutcome[]> {
     const tenants = new Map<string, CommitRequest[]>();
     for (const c of items) {
@@ -198,6 +224,13 @@ export class KeyStore {
       else group.push(c);
     }
     const done = new Map<string, CommitOutcome>();
+    if (this.crossTenant && tenants.size > 1) {
+      this.onBatch?.('commit', items.length);
+      for (const r of await this.commitTenants(items, budgetMs)) {
+        done.set(`${r.tenant_id}\u0000${r.idem_key}`, { committed: true, ttlLeftMs: r.ttl_left_ms, kept: r.kept });
+      }
+      return items.map((c): CommitOutcome => done.get(`${c.tenantId}\u0000${c.key}`) ?? { committed: false });
+    }
     await Promise.all([...tenants].map(async ([tenantId, group]) => {
       this.onBatch?.('commit', group.length);
       for (const r of await this.commitTenant(tenantId, group, budgetMs)) {
@@ -205,6 +238,16 @@ export class KeyStore {
       }
     }));
     return items.map((c): CommitOutcome => done.get(`${c.tenantId}\u0000${c.key}`) ?? { committed: false });
+  }
+
+  /** Every row of a batch of several tenants in one statement, sorted by tenant, then key (the claims' lock order). */
+  private commitTenants(items: readonly CommitRequest[], budgetMs?: number): Promise<Array<CommitRow & { tenant_id: string }>> {
+    const sorted = [...items].sort((a, b) => (a.tenantId < b.tenantId ? -1 : a.tenantId > b.tenantId ? 1 : byKey(a, b)));
+    return this.db.query(commitTenantsStatement, [
+      sorted.map((c) => c.tenantId), sorted.map((c) => c.key), sorted.map((c) => c.ownerToken), sorted.map((c) => c.response.status),
+      sorted.map((c) => JSON.stringify(c.response.headers)), sorted.map((c) => c.response.body.toString('hex')),
+      sorted.map((c) => c.response.bodyRetained), sorted.map((c) => c.response.bodySize),
+    ], budgetMs);
   }
 
   private commitTenant(tenantId: string, group: CommitRequest[], budgetMs?: number): Promise<CommitRow[]> {

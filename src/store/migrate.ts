@@ -48,9 +48,14 @@ const CITUS = {
   },
 } as const;
 
+/** True when the citus extension is installed: the key table is (or is about to be) distributed. */
+export async function onCitus(db: Queryable): Promise<boolean> {
+  const [citus] = await db.query<{ present: boolean }>(CITUS.present, []);
+  return citus?.present === true;
+}
+
 async function distributeOnCitus(tx: Queryable): Promise<string[]> {
-  const [citus] = await tx.query<{ present: boolean }>(CITUS.present, []);
-  if (citus?.present !== true) return [];
+  if (!(await onCitus(tx))) return [];
   const done = new Set((await tx.query<{ name: string }>(CITUS.done, [])).map((r) => r.name));
   const distributed: string[] = [];
   if (!done.has('idempotency_schema_migrations')) {

@@ -1,11 +1,12 @@
 // The claim of one tenant's distinct keys: one call that inserts the new keys
 // and reads the rows of the keys it left alone, then the takeover of those
 // that need it (src/store/sql/claim.ts; docs/storage.md). Each statement
-// touches the one tenant only, so on Citus it runs on one shard.
+// touches the one tenant only, so on Citus it runs on one shard. On plain
+// PostgreSQL a batch of several tenants goes as one call (claimTenants).
 import type { Queryable } from './db/port.js';
 import { toBuffer } from './db/port.js';
 import type { ClaimRequest } from './records.js';
-import { INSERT_PARAMS_PER_ROW, claimStatement, takeoverStatement } from './sql/claim.js';
+import { INSERT_PARAMS_PER_ROW, claimStatement, claimTenantsStatement, takeoverStatement } from './sql/claim.js';
 
 /** What the claim learnt about one key: claimed by this request, or the row that holds it. */
 export interface ClaimRow {
@@ -105,12 +106,60 @@ export async function claimTenant(
   db: Queryable, tenantId: string, items: readonly ClaimRequest[], budgetMs?: number,
 ): Promise<ClaimRow[]> {
   const t0 = budgetMs === undefined ? 0 : performance.now();
-  const left = (): number | undefined => (budgetMs === undefined ? undefined : budgetMs - (performance.now() - t0));
+  const called = await claimCall(db, tenantId, items, budgetMs);
+  return settle(db, tenantId, items, called, left(budgetMs, t0));
+}
+
+/** One tenant's distinct keys, as claimTenants takes them. */
+export interface TenantGroup {
+  readonly tenantId: string;
+  readonly items: readonly ClaimRequest[];
+}
+
+/**
+ * The claims of several tenants in one call (plain PostgreSQL only: the call
+ * touches every tenant of the batch; src/store/sql/claim.ts), then each
+ * tenant's takeovers, as claimTenant does them. One ClaimRow[] per group, in
+ * the order of its items.
+ */
+export async function claimTenants(db: Queryable, groups: readonly TenantGroup[], budgetMs?: number): Promise<ClaimRow[][]> {
+  const t0 = budgetMs === undefined ? 0 : performance.now();
+  // The lock order of every statement: by tenant, then by key.
+  const order = [...groups].sort((a, b) => (a.tenantId < b.tenantId ? -1 : a.tenantId > b.tenantId ? 1 : 0));
+  const sorted: ClaimRequest[] = [];
+  const ends: number[] = [];
+  for (const g of order) {
+    for (const c of g.items.length === 1 ? g.items : [...g.items].sort(byKey)) sorted.push(c);
+    ends.push(sorted.length);
+  }
+  const rows = await db.query<CalledRow & { tenant_id: string }>(claimTenantsStatement, [
+    order.map((g) => g.tenantId), ends, sorted.map((c) => c.key), sorted.map((c) => c.fingerprint.toString('hex')),
+    sorted.map((c) => c.ownerToken), sorted.map((c) => c.leaseMs), sorted.map((c) => c.ttlMs),
+    sorted.map((c) => c.onExpiredLease), sorted.map((c) => c.route), sorted.map((c) => c.method), sorted.map((c) => c.path),
+  ], budgetMs);
+  const byTenant = new Map<string, CalledRow[]>();
+  for (const r of rows) {
+    const list = byTenant.get(r.tenant_id);
+    if (list === undefined) byTenant.set(r.tenant_id, [r]);
+    else list.push(r);
+  }
+  const budget = left(budgetMs, t0);
+  return Promise.all(groups.map((g) => settle(db, g.tenantId, g.items, byTenant.get(g.tenantId) ?? [], budget)));
+}
+
+function left(budgetMs: number | undefined, t0: number): number | undefined {
+  return budgetMs === undefined ? undefined : budgetMs - (performance.now() - t0);
+}
+
+/** What the claim call's rows say for each of `items`, with the takeover of those that need it. */
+async function settle(
+  db: Queryable, tenantId: string, items: readonly ClaimRequest[], called: readonly CalledRow[], budgetMs: number | undefined,
+): Promise<ClaimRow[]> {
   const out = new Array<ClaimRow>(items.length);
   const inserted = new Map<string, InsertedRow>();
   const byKeyFound = new Map<string, FoundRow>();
   let clock = 0;
-  for (const r of await claimCall(db, tenantId, items, budgetMs)) {
+  for (const r of called) {
     if (r.inserted) inserted.set(r.idem_key, r);
     else { byKeyFound.set(r.idem_key, r); clock = r.clock; }
   }
@@ -125,7 +174,7 @@ export async function claimTenant(
     else toTake.push(i);
   }
   if (toTake.length === 0) return out;
-  const taken = await takeover(db, tenantId, items, toTake, clock, left());
+  const taken = await takeover(db, tenantId, items, toTake, clock, budgetMs);
   for (const i of toTake) {
     const r = taken.get(items[i]!.key);
     out[i] = r === undefined ? NOTHING : fromInserted(r, items[i]!); // left alone: a concurrent claim changed it

@@ -248,4 +248,26 @@ describe('profile: acp (rfc.agentic_checkout.md §6)', () => {
       assert.equal(upstream5xx.headers['idempotency-key'], 'echo-2');
     });
   });
+  describe('keyScope: tenantAndPath under load', () => {
+    /** Claim statements sent and the key rows they carried, from the proxy's own histogram. */
+    const claimBatches = async (): Promise<{ statements: number; rows: number }> => {
+      const text = await proxy.metrics.registry.metrics();
+      const read = (name: string): number => Number(new RegExp(`^${name}\\{statement="claim"\\} (\\d+)$`, 'm').exec(text)?.[1] ?? 'NaN');
+      return { statements: read('idempotency_proxy_store_batch_size_count'), rows: read('idempotency_proxy_store_batch_size_sum') };
+    };
+
+    test('completes of 24 sessions at the same moment, each sent three times: each runs once, and claims of different paths share statements', async () => {
+      const paths = Array.from({ length: 24 }, (_, i) => `/checkout_sessions/cs_load_${i}/complete`);
+      const before = await claimBatches();
+      // Every path is a key scope of its own (the stored tenant is "<tenant> <path>"): the same key on each.
+      const replies = await Promise.all(paths.flatMap((p) => [0, 1, 2].map(() => post(p, 'complete-once', '{"payment":"tok"}'))));
+      for (const p of paths) assert.equal(hits(p), 1, p);
+      for (const r of replies) assert.ok([200, 409].includes(r.status), String(r.status));
+      const after = await claimBatches();
+      const statements = after.statements - before.statements;
+      const rows = after.rows - before.rows;
+      // One statement per path would carry one key each (duplicates in a batch fold into one row).
+      assert.ok(rows > statements, `${statements} claim statements carried ${rows} keys: none shared across paths`);
+    });
+  });
 });

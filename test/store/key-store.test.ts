@@ -7,6 +7,7 @@ import { migrate } from '../../src/store/migrate.js';
 import type { ClaimRequest, StoredResponse } from '../../src/store/records.js';
 import type { Db } from '../../src/store/db/port.js';
 import { openBackend, type Backend } from '../helpers/db.js';
+import { citusNodes } from '../helpers/citus.js';
 import { claimStatement } from '../../src/store/sql/claim.js';
 import { commitOneStatement, commitStatement } from '../../src/store/sql/commit.js';
 import { sleep } from '../helpers/wait.js';
@@ -33,9 +34,13 @@ const raw = (db: Db, text: string, values: unknown[] = []) => db.query({ name: '
 // Every case runs with a lone claim or commit on its single-row statement (as
 // the proxy runs) and again with everything through the batch statement: the
 // two must keep the same contract.
+// On plain PostgreSQL and the embedded store the proxy sends a batch of
+// several tenants as one statement (crossTenantBatches): the contract runs a
+// third time that way. Never on Citus (one statement, one tenant's shard).
 const modes = [
-  { label: 'single-row statements for lone requests', singleRowStatements: true },
-  { label: 'batch statements only', singleRowStatements: false },
+  { label: 'single-row statements for lone requests', singleRowStatements: true, crossTenantBatches: false },
+  { label: 'batch statements only', singleRowStatements: false, crossTenantBatches: false },
+  ...(citusNodes === null ? [{ label: 'batches across tenants', singleRowStatements: true, crossTenantBatches: true }] : []),
 ];
 
 for (const backend of ['postgres', 'pglite', 'pgbouncer'] as Backend[]) for (const mode of modes) {
@@ -43,7 +48,7 @@ for (const backend of ['postgres', 'pglite', 'pgbouncer'] as Backend[]) for (con
     let db: Db;
     let close: () => Promise<void>;
     let store: KeyStore;
-    const options = { singleRowStatements: mode.singleRowStatements };
+    const options = { singleRowStatements: mode.singleRowStatements, crossTenantBatches: mode.crossTenantBatches };
     before(async () => {
       ({ db, close } = await openBackend(backend));
       store = new KeyStore(db, options);
@@ -235,6 +240,29 @@ for (const backend of ['postgres', 'pglite', 'pgbouncer'] as Backend[]) for (con
         claimStatement.name,
         claimStatement.name,
       ]);
+    });
+
+    test('a turn of claims and commits of several tenants: one statement each across tenants, else one per tenant; each key claimed once', async () => {
+      const batches: Array<[string, number]> = [];
+      const grouped = new KeyStore(db, { ...options, onBatch: (statement, rows) => batches.push([statement, rows]) });
+      // keyScope: tenantAndPath makes every path a tenant; the same key under two tenants is two keys.
+      const tenants = Array.from({ length: 8 }, (_, i) => `t-mix /v1/checkout_sessions/cs_${i}/complete`);
+      const reqs = tenants.flatMap((tenantId) => [claimReq('k-mix-a', { tenantId }), claimReq('k-mix-b', { tenantId })]);
+      const twins = tenants.map((tenantId) => claimReq('k-mix-a', { tenantId })); // duplicates in the same turn
+      const outcomes = await Promise.all([...reqs, ...twins].map((r) => grouped.claim(r)));
+      assert.deepEqual(outcomes.slice(0, reqs.length).map((o) => o.kind), reqs.map(() => 'claimed'));
+      assert.deepEqual(outcomes.slice(reqs.length).map((o) => o.kind), twins.map(() => 'in_flight'));
+      const bodies = reqs.map((r) => Buffer.from(`${r.tenantId}|${r.key}`));
+      const commits = await Promise.all(reqs.map((r, i) => grouped.commit({
+        tenantId: r.tenantId, key: r.key, ownerToken: r.ownerToken, response: { ...response, body: bodies[i]!, bodySize: bodies[i]!.length },
+      })));
+      assert.ok(commits.every((c) => c.committed && !c.kept));
+      const replays = await Promise.all(reqs.map((r) => grouped.claim(claimReq(r.key, { tenantId: r.tenantId }))));
+      replays.forEach((o, i) => assert.ok(o.kind === 'complete' && o.response.body.equals(bodies[i]!), `replay ${i}`));
+      const perTenant = (statement: string): Array<[string, number]> => tenants.map(() => [statement, 2]);
+      assert.deepEqual(batches, mode.crossTenantBatches
+        ? [['claim', reqs.length], ['commit', reqs.length], ['claim', reqs.length]]
+        : [...perTenant('claim'), ...perTenant('commit'), ...perTenant('claim')]);
     });
 
     test('200 concurrent claims of distinct keys are batched and all claimed', async () => {

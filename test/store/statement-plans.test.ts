@@ -3,8 +3,8 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { createPgDb } from '../../src/store/db/pg.js';
 import type { Db, Statement } from '../../src/store/db/port.js';
-import { claimStatement, takeoverStatement } from '../../src/store/sql/claim.js';
-import { commitOneStatement, commitStatement } from '../../src/store/sql/commit.js';
+import { claimStatement, claimTenantsStatement, takeoverStatement } from '../../src/store/sql/claim.js';
+import { commitOneStatement, commitStatement, commitTenantsStatement } from '../../src/store/sql/commit.js';
 import { extendStatement } from '../../src/store/sql/extend.js';
 import { getStatement } from '../../src/store/sql/get.js';
 import { purgeStatement } from '../../src/store/sql/purge.js';
@@ -40,7 +40,11 @@ const cases: Array<[string, Statement, unknown[]]> = [
   ['mark outcome unknown (probe)', markUnknownStatement, ['t', 'a', randomUUID()]],
   ['purge', purgeStatement, ['t', 'a']],
   ['sweeper delete', sweepDeleteStatement, ['t', keys]],
+  // A batch of several tenants in one statement: plain PostgreSQL only (crossTenantBatches).
+  ...(citusNodes === null ? [['commit (several tenants)', commitTenantsStatement, [['t', 't', 'u'], ...arrays]] as [string, Statement, unknown[]]] : []),
 ];
+/** The claims of tenants t (keys a, b) and u (key c) in one call (migration 5). */
+const tenantsCall: unknown[] = [['t', 'u'], [2, 3], ...call(keys).slice(1)];
 
 describe(citusNodes === null ? 'statement plans on PostgreSQL' : 'statement plans on Citus', () => {
   let t: TestDatabase;
@@ -58,7 +62,7 @@ describe(citusNodes === null ? 'statement plans on PostgreSQL' : 'statement plan
     test(`${label}: ${citusNodes === null ? 'by primary key' : 'one task, router-planned'}`, async () => {
       const plan = (await db.query<{ 'QUERY PLAN': string }>({ name: '', text: `EXPLAIN ${stmt.text}` }, values))
         .map((r) => r['QUERY PLAN']).join('\n');
-      if (citusNodes === null && stmt === claimStatement) {
+      if (citusNodes === null && (stmt === claimStatement || stmt === claimTenantsStatement)) {
         assert.match(plan, /Function Scan on idempotency_claim/, plan); // its statements: the next test
       } else if (citusNodes === null) {
         assert.doesNotMatch(plan, /Seq Scan on idempotency_keys/, plan);
@@ -85,7 +89,11 @@ if (citusNodes === null) {
       await t?.drop();
     });
 
-    for (const [label, values] of claims) {
+    const calls: Array<[string, Statement, unknown[]]> = [
+      ...claims.map(([label, values]): [string, Statement, unknown[]] => [label, claimStatement, values]),
+      ['claim call of two tenants', claimTenantsStatement, tenantsCall],
+    ];
+    for (const [label, stmt, values] of calls) {
       test(`${label}: its insert and its read by primary key`, async () => {
         const client = new pg.Client({ connectionString: t.url });
         const plans: string[] = [];
@@ -96,12 +104,12 @@ if (citusNodes === null) {
             'SET auto_explain.log_min_duration = 0', 'SET auto_explain.log_nested_statements = on', 'SET client_min_messages = log']) {
             await client.query(set);
           }
-          await client.query({ name: 'c', text: claimStatement.text, values }); // inserts
-          await client.query({ name: 'c', text: claimStatement.text, values }); // finds
+          await client.query({ name: 'c', text: stmt.text, values }); // inserts
+          await client.query({ name: 'c', text: stmt.text, values }); // finds
         } finally {
           await client.end();
         }
-        const inner = plans.filter((p) => /idempotency_keys/.test(p) && !/Query Text: SELECT \* FROM idempotency_claim/.test(p));
+        const inner = plans.filter((p) => /idempotency_keys/.test(p) && !/Query Text: SELECT \* FROM idempotency_claim/.test(p) && !/FROM idempotency_claim\(/.test(p));
         assert.ok(inner.some((p) => /Insert on idempotency_keys/.test(p)), plans.join('\n---\n'));
         assert.ok(inner.some((p) => /Index Scan using idempotency_keys_pkey/.test(p)), plans.join('\n---\n'));
         for (const p of inner) assert.doesNotMatch(p, /Seq Scan on idempotency_keys/, p);

@@ -5,6 +5,7 @@
 import { coCommit } from './002-co-commit.js';
 import { probeLease } from './003-probe.js';
 import { claimFunction } from './004-claim-function.js';
+import { claimTenants } from './005-claim-tenants.js';
 
 export interface Migration {
   readonly version: number;
@@ -45,6 +46,7 @@ CREATE INDEX idempotency_keys_expires_at ON idempotency_keys (expires_at);
   coCommit,
   probeLease,
   claimFunction,
+  claimTenants,
 ];
 
 export const latestVersion = migrations[migrations.length - 1]!.version;

@@ -43,6 +43,19 @@ export const claimStatement: Statement = {
                                   $7::text[], $8::text[], $9::text[], $10::text[])`,
 };
 
+/**
+ * The claims of several tenants in one call (migration 5), for a batch that
+ * mixes tenants on plain PostgreSQL: $1 the tenants, sorted; $2 the last
+ * index (1-based) of each tenant's keys; then the arrays of the claim call,
+ * tenant after tenant, each tenant's keys sorted. Each row comes back with
+ * its tenant id first. Never on Citus: a statement there touches one tenant.
+ */
+export const claimTenantsStatement: Statement = {
+  name: 'idem_claim_tenants_v1',
+  text: `SELECT * FROM idempotency_claim_tenants($1::text[], $2::int[], $3::text[], $4::text[], $5::uuid[], $6::float8[],
+                                          $7::float8[], $8::text[], $9::text[], $10::text[], $11::text[])`,
+};
+
 /** Parameters per row of a takeover, after $1 (clock) and $2 (tenant). */
 export const INSERT_PARAMS_PER_ROW = 9;
 

@@ -62,6 +62,39 @@ WITH i AS (
 )${RESULT}`,
 };
 
+/**
+ * The commit of several tenants' rows in one statement, for a batch that
+ * mixes tenants on plain PostgreSQL: $1 tenants, $2 keys, then the arrays of
+ * commitStatement, sorted by tenant, then key (the order claims lock rows
+ * in). Each row comes back with its tenant id. Never on Citus: a statement
+ * there touches one tenant.
+ */
+export const commitTenantsStatement: Statement = {
+  name: 'idem_commit_tenants_v1',
+  text: `
+WITH i AS (
+  SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[])
+    WITH ORDINALITY AS i(tenant_id, idem_key, owner_token, status_code, headers, body, retained, size, ord)
+), locked AS (
+  SELECT e.tenant_id, e.idem_key, e.state, e.expires_at, e.completed_at,
+         i.owner_token, i.status_code, i.headers, i.body, i.retained, i.size
+    FROM idempotency_keys e JOIN i ON e.tenant_id = i.tenant_id AND e.idem_key = i.idem_key
+   WHERE e.owner_token = i.owner_token AND e.state IN ('in_flight', 'complete')
+   ORDER BY i.ord
+     FOR UPDATE OF e
+), written AS (
+  UPDATE idempotency_keys AS k
+     SET ${SET('l.status_code', 'l.headers', 'l.body', 'l.retained', 'l.size')}
+    FROM locked l
+   WHERE k.tenant_id = l.tenant_id AND k.idem_key = l.idem_key
+     AND k.owner_token = l.owner_token AND l.state = 'in_flight' AND k.state = 'in_flight'
+  RETURNING k.tenant_id, k.idem_key, ${TTL_LEFT('k')} AS ttl_left_ms
+)
+SELECT tenant_id, idem_key, false AS kept, ttl_left_ms FROM written
+UNION ALL
+SELECT tenant_id, idem_key, true, ${TTL_LEFT('l')} FROM locked l WHERE state = 'complete'`,
+};
+
 /** The same commit for exactly one key (by primary key): $1 tenant, $2 key, then the scalars in the same order. */
 export const commitOneStatement: Statement = {
   name: 'idem_commit_one_v4',
