@@ -6,6 +6,7 @@ import { coCommit } from './002-co-commit.js';
 import { probeLease } from './003-probe.js';
 import { claimFunction } from './004-claim-function.js';
 import { claimTenants } from './005-claim-tenants.js';
+import { tenantStatistics } from './006-tenant-statistics.js';
 
 export interface Migration {
   readonly version: number;
@@ -47,6 +48,7 @@ CREATE INDEX idempotency_keys_expires_at ON idempotency_keys (expires_at);
   probeLease,
   claimFunction,
   claimTenants,
+  tenantStatistics,
 ];
 
 export const latestVersion = migrations[migrations.length - 1]!.version;
