@@ -105,6 +105,8 @@ async function cannon(spec: CannonSpec): Promise<CannonResult> {
   if (spec.warmupS > 0) await loadRun(generator, spec, spec.warmupS, fixed ?? `${spec.keyPrefix}-w`);
   const before = await upstreamCount(spec.statsUrl);
   const run = await loadRun(generator, spec, spec.durationS, fixed ?? `${spec.keyPrefix}-m`);
+  // No response at all: the run failed (the harness leaves it out of the medians and of its neighbours' baseline).
+  if (run.responses === 0) throw new Error(`no response in ${spec.durationS} s from ${spec.origin}${spec.path}`);
   const after = await upstreamCount(spec.statsUrl);
   return {
     generator,

@@ -155,7 +155,13 @@ export async function runH2load(o: H2loadOptions): Promise<WrkRun> {
     const runs = await Promise.all(lists.map((_, c) => h2load([
       '-t1', '-c1', `-m${o.streams}`, `-D${o.durationS}`, '-i', join(dir, `uris-${c}`), '-d', body,
       '-H', 'content-type: application/json', '-H', `idempotency-key: ${H2_KEY_HEADER_VALUE}`, `--log-file=${join(dir, `log-${c}`)}`,
-    ]).then(parseH2loadOutput)));
+    ]).then((out) => {
+      const counts = parseH2loadOutput(out);
+      // A connection that got no answer in the whole run is a failed run, not a row of 0 req/s
+      // (averaged into its neighbours' baseline, a 0 doubled their ratios).
+      if (counts.done === 0) throw new Error(`h2load: connection ${c} got no response in ${o.durationS} s: ${out.trim().slice(-600)}`);
+      return counts;
+    })));
     const status: Record<string, number> = {};
     let responses = 0;
     let errors = 0;
