@@ -4,7 +4,7 @@ import { type Db, toBuffer } from './db/port.js';
 import type {
   ClaimOutcome, ClaimRequest, CommitOutcome, CommitRequest, KeyRecord, StoredResponse,
 } from './records.js';
-import { type ClaimRow, byKey, claimTenant, claimTenants } from './tenant-claim.js';
+import { type ClaimRow, byKey, byTenantAndKey, claimTenant, claimTenants } from './tenant-claim.js';
 import { commitOneStatement, commitStatement, commitTenantsStatement } from './sql/commit.js';
 import { releaseStatement } from './sql/release.js';
 import { markUnknownStatement } from './sql/mark-unknown.js';
@@ -242,7 +242,7 @@ export class KeyStore {
 
   /** Every row of a batch of several tenants in one statement, sorted by tenant, then key (the claims' lock order). */
   private commitTenants(items: readonly CommitRequest[], budgetMs?: number): Promise<Array<CommitRow & { tenant_id: string }>> {
-    const sorted = [...items].sort((a, b) => (a.tenantId < b.tenantId ? -1 : a.tenantId > b.tenantId ? 1 : byKey(a, b)));
+    const sorted = [...items].sort(byTenantAndKey);
     return this.db.query(commitTenantsStatement, [
       sorted.map((c) => c.tenantId), sorted.map((c) => c.key), sorted.map((c) => c.ownerToken), sorted.map((c) => c.response.status),
       sorted.map((c) => JSON.stringify(c.response.headers)), sorted.map((c) => c.response.body.toString('hex')),

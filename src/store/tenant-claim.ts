@@ -46,8 +46,12 @@ const NOTHING: ClaimRow = {
   retry_after_s: null, ttl_left_ms: null, lease_over: null,
 };
 
-/** The store's one lock order: by key (the tenant is the same within a statement). */
+/** The store's one lock order within a tenant: by key. */
 export const byKey = (a: { key: string }, b: { key: string }): number => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
+
+/** The same order for a statement of several tenants: by tenant, then by key. */
+export const byTenantAndKey = (a: { tenantId: string; key: string }, b: { tenantId: string; key: string }): number =>
+  (a.tenantId < b.tenantId ? -1 : a.tenantId > b.tenantId ? 1 : byKey(a, b));
 
 /**
  * Settled: the insert's ON CONFLICT ... WHERE would leave this row alone
@@ -124,16 +128,18 @@ export interface TenantGroup {
  */
 export async function claimTenants(db: Queryable, groups: readonly TenantGroup[], budgetMs?: number): Promise<ClaimRow[][]> {
   const t0 = budgetMs === undefined ? 0 : performance.now();
-  // The lock order of every statement: by tenant, then by key.
-  const order = [...groups].sort((a, b) => (a.tenantId < b.tenantId ? -1 : a.tenantId > b.tenantId ? 1 : 0));
-  const sorted: ClaimRequest[] = [];
+  const sorted = groups.flatMap((g) => g.items).sort(byTenantAndKey);
+  // Each tenant's slice of the sorted arrays: its id and its last (1-based) index.
+  const tenants: string[] = [];
   const ends: number[] = [];
-  for (const g of order) {
-    for (const c of g.items.length === 1 ? g.items : [...g.items].sort(byKey)) sorted.push(c);
-    ends.push(sorted.length);
+  for (let i = 0; i < sorted.length; i++) {
+    if (i + 1 === sorted.length || sorted[i + 1]!.tenantId !== sorted[i]!.tenantId) {
+      tenants.push(sorted[i]!.tenantId);
+      ends.push(i + 1);
+    }
   }
   const rows = await db.query<CalledRow & { tenant_id: string }>(claimTenantsStatement, [
-    order.map((g) => g.tenantId), ends, sorted.map((c) => c.key), sorted.map((c) => c.fingerprint.toString('hex')),
+    tenants, ends, sorted.map((c) => c.key), sorted.map((c) => c.fingerprint.toString('hex')),
     sorted.map((c) => c.ownerToken), sorted.map((c) => c.leaseMs), sorted.map((c) => c.ttlMs),
     sorted.map((c) => c.onExpiredLease), sorted.map((c) => c.route), sorted.map((c) => c.method), sorted.map((c) => c.path),
   ], budgetMs);
