@@ -30,7 +30,7 @@ import { readListenTls } from './config/tls-files.js';
 import type { LifecycleDeps } from './lifecycle/deps.js';
 import { startKeyCensus } from './admin/census.js';
 import { KeyOperations } from './admin/keys.js';
-import type { StartedTracing } from './tracing/sdk.js';
+import type { StartedTracing } from './tracing/start.js';
 
 // The composition root: the one place that builds pools, cache, logger and
 // metrics and passes them in. No module reaches for a global.
@@ -219,13 +219,25 @@ async function openCache(config: Config, opts: StartOptions, metrics: Metrics, l
   return cache;
 }
 
-/** The OpenTelemetry SDK is imported only when tracing is on (docs/operations.md, Tracing). */
+/** Tracing's modules (the recorder, OpenTelemetry's exporter) are imported only when tracing is on (docs/operations.md, Tracing). */
 async function openTracing(config: Config, logger: Logger): Promise<StartedTracing | null> {
   if (!config.tracing.enabled) return null;
-  const { startTracing } = await import('./tracing/sdk.js');
-  const t = await startTracing(config.tracing);
+  const { startTracing } = await import('./tracing/start.js');
+  // Lost spans are logged at most every 10 s, with how many since the last line.
+  let lost = 0;
+  let lastWarned = 0;
+  const t = startTracing(config.tracing, {
+    onLoss: (spans, reason) => {
+      lost += spans;
+      const now = Date.now();
+      if (now - lastWarned < 10_000) return;
+      lastWarned = now;
+      logger.warn({ spans: lost, reason }, 'tracing: spans lost');
+      lost = 0;
+    },
+  });
   const endpoint = config.tracing.endpoint ?? process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT ?? null;
-  logger.info({ endpoint: endpoint === null ? null : maskUrl(endpoint), protocol: config.tracing.protocol }, 'tracing on: exporting spans over OTLP/HTTP');
+  logger.info({ endpoint: endpoint === null ? null : maskUrl(endpoint), protocol: config.tracing.protocol, sampler: t.sampler.description }, 'tracing on: exporting spans over OTLP/HTTP');
   return t;
 }
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Context, Span } from '@opentelemetry/api';
+import type { TraceSpan } from '../tracing/span.js';
 import type { ErrorSource, UpstreamError } from '../errors.js';
 import { keyHash } from '../log/logger.js';
 import type { Outcome } from '../metrics/metrics.js';
@@ -57,9 +57,8 @@ export class RequestContext {
   shadow: string | null = null;
   cache: 'hit' | 'miss' | null = null;
   // tracing (src/tracing/spans.ts): null when tracing is off
-  span: Span | null = null;
+  span: TraceSpan | null = null;
   private keyHashed: string | undefined = undefined;
-  spanContext: Context | null = null;
 
   constructor(readonly req: IncomingMessage, readonly res: ServerResponse) {
     const incoming = req.headers['x-request-id'];

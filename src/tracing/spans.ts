@@ -1,33 +1,18 @@
 import type { IncomingHttpHeaders } from 'node:http';
-import {
-  ROOT_CONTEXT, SpanKind, SpanStatusCode, trace,
-  type Context, type Span, type SpanContext, type SpanOptions, type TextMapGetter, type TextMapPropagator, type Tracer,
-} from '@opentelemetry/api';
 import { reservedEntry, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import type { RequestContext } from '../lifecycle/context.js';
+import type { IdPool } from './ids.js';
+import type { Recorder } from './recorder.js';
+import type { Sampler } from './sampler.js';
+import { CLIENT, SERVER, TraceSpan, word, type SpanRef } from './span.js';
 
-// The request's spans (docs/operations.md, Tracing). Only @opentelemetry/api
-// is imported here; the SDK behind `tracer` is loaded by src/tracing/sdk.ts,
-// and only when tracing is on. With tracing off the lifecycle holds no
-// RequestTracing and every span site is one null check.
+// The request's spans (docs/operations.md, Tracing). Loaded with the rest of
+// src/tracing/ only when tracing is on: with tracing off the lifecycle holds
+// no RequestTracing and every span site is one null check.
 
-
-const headerGetter: TextMapGetter<IncomingHttpHeaders> = {
-  keys: (carrier) => Object.keys(carrier),
-  get: (carrier, key) => carrier[key],
-};
-
-type Carrier = Record<string, string>;
-const carrierGetter: TextMapGetter<Carrier> = { keys: (c) => Object.keys(c), get: (c, k) => c[k] };
-
-const SERVER: SpanOptions = { kind: SpanKind.SERVER };
-const CLIENT: SpanOptions = { kind: SpanKind.CLIENT };
-
-/** `00-<trace id>-<span id>-<flags>`, as the W3C propagator writes it. */
-function traceparent(c: SpanContext): string {
-  return `00-${c.traceId}-${c.spanId}-0${c.traceFlags & 1}`;
-}
+/** Reads a traceparent/tracestate pair (W3C Trace Context): the propagator of @opentelemetry/core, wrapped by start.ts. */
+export type TraceContextReader = (traceparent: string, tracestate: string | undefined) => SpanRef | null;
 
 /** "<METHOD> <route>" span names, built once per pair. */
 class SpanNames {
@@ -44,86 +29,119 @@ class SpanNames {
   }
 }
 
+/** What TraceSpan.traceparent() writes: version 00, ids that are not all zero, flags 00 or 01. */
+const OWN_TRACEPARENT = /^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-0[01]$/;
+
+const header = (headers: IncomingHttpHeaders, name: string): string | undefined => {
+  const v = headers[name];
+  return Array.isArray(v) ? v.join(',') : v;
+};
+
 export class RequestTracing {
   private readonly names = new SpanNames();
 
-  constructor(private readonly tracer: Tracer, private readonly propagator: TextMapPropagator) {}
+  constructor(
+    private readonly recorder: Recorder,
+    private readonly sampler: Sampler,
+    private readonly ids: IdPool,
+    private readonly read: TraceContextReader,
+  ) {}
 
   /**
-   * The server span of a request, a child of the client's traceparent/tracestate when it sent them.
-   * Without a traceparent there is nothing to extract: the root context is the parent.
+   * The server span of a request, a child of the client's traceparent/tracestate when it sent a valid one.
+   * Not sampled: a span with ids and no recorder (its trace context still reaches the upstream).
    */
   start(ctx: RequestContext): void {
-    const parent = ctx.req.headers.traceparent === undefined ? ROOT_CONTEXT : this.propagator.extract(ROOT_CONTEXT, ctx.req.headers, headerGetter);
-    // No attributes at the start (each set there is sanitised and copied twice by the SDK): end() sets them all.
-    const span = this.tracer.startSpan(ctx.method, SERVER, parent);
-    ctx.span = span;
-    ctx.spanContext = trace.setSpan(parent, span);
-  }
-
-  /** A child of the request's span: a store round trip (claim, commit, release) or the upstream call. */
-  child(ctx: RequestContext, name: string, kind: SpanKind = SpanKind.CLIENT): Span {
-    return this.tracer.startSpan(name, kind === SpanKind.CLIENT ? CLIENT : { kind }, ctx.spanContext as Context);
+    const ids = this.ids;
+    const tp = header(ctx.req.headers, 'traceparent');
+    const parent = tp === undefined ? null : this.read(tp, header(ctx.req.headers, 'tracestate'));
+    let t0: number, t1: number, t2: number, t3: number, sampled: boolean;
+    if (parent === null) {
+      t0 = ids.word();
+      t1 = ids.word();
+      t2 = ids.word();
+      t3 = ids.lastWord(t0 | t1 | t2);
+      sampled = this.sampler.root(t0, t1, t2, t3);
+    } else {
+      t0 = word(parent.traceId, 0);
+      t1 = word(parent.traceId, 1);
+      t2 = word(parent.traceId, 2);
+      t3 = word(parent.traceId, 3);
+      sampled = this.sampler.parentBased ? parent.sampled : this.sampler.root(t0, t1, t2, t3);
+    }
+    const s0 = ids.word();
+    ctx.span = new TraceSpan(
+      sampled ? this.recorder : null, t0, t1, t2, t3, s0, ids.lastWord(s0),
+      parent === null ? 0 : word(parent.spanId, 0), parent === null ? 0 : word(parent.spanId, 1), parent !== null,
+      parent?.traceState ?? null, ctx.method, SERVER, performance.now(),
+    );
   }
 
   /**
-   * traceparent (and tracestate) naming `span` as the parent: [name, value, …].
-   * Written from the span's context directly (what the W3C propagator's
-   * inject writes, without a context and a carrier per request).
+   * A child of the request's span: a store round trip (claim, commit, release), the upstream call, a wait.
+   * An unsampled request's children are its server span itself: they record nothing, and the upstream
+   * sees the server span's context.
    */
-  headers(span: Span): string[] {
-    const c = span.spanContext();
-    const out = ['traceparent', traceparent(c)];
-    const state = c.traceState?.serialize();
-    if (state) out.push('tracestate', state);
+  child(ctx: RequestContext, name: string, kind: number = CLIENT): TraceSpan {
+    const p = ctx.span!;
+    if (!p.sampled) return p;
+    const s0 = this.ids.word();
+    return new TraceSpan(this.recorder, p.t0, p.t1, p.t2, p.t3, s0, this.ids.lastWord(s0), p.s0, p.s1, false, p.traceState, name, kind, performance.now());
+  }
+
+  /** traceparent (and tracestate) naming `span` as the parent: [name, value, …]. */
+  headers(span: TraceSpan): string[] {
+    const out = ['traceparent', span.traceparent()];
+    if (span.traceState !== null) out.push('tracestate', span.traceState);
     return out;
   }
 
   /** The record to store, with the traceparent of this execution's span as a reserved last header. */
   withTrace(ctx: RequestContext, rec: StoredResponse): StoredResponse {
-    return { ...rec, headers: [...rec.headers, [TRACE_RECORD_HEADER, traceparent(ctx.span!.spanContext())]] };
+    return { ...rec, headers: [...rec.headers, [TRACE_RECORD_HEADER, ctx.span!.traceparent()]] };
   }
 
-  /** A replay's span links to the span of the execution it replays, when the record kept one. */
+  /**
+   * A replay's span links to the span of the execution it replays, when the record kept one. The entry is
+   * the proxy's own, written by TraceSpan.traceparent(): one exact format, checked by one compiled pattern
+   * (anything else — an older or damaged record — goes to the W3C propagator, which rejects what is invalid).
+   */
   linkReplay(ctx: RequestContext, rec: StoredResponse): void {
-    const original = storedTraceContext(this.propagator, rec);
-    if (original !== null) ctx.span!.addLink({ context: original, attributes: { 'idempotency.link': 'replay_of' } });
+    const span = ctx.span!;
+    if (!span.sampled) return;
+    const tp = reservedEntry(rec.headers, TRACE_RECORD_HEADER);
+    if (tp === null) return;
+    span.link = OWN_TRACEPARENT.test(tp)
+      ? { traceId: tp.slice(3, 35), spanId: tp.slice(36, 52), sampled: tp.charCodeAt(54) === 49, traceState: null }
+      : this.read(tp, undefined);
   }
 
   /** Ends the server span with what the request's log line says: route, outcome, phase, hashed key, replayed. */
   end(ctx: RequestContext): void {
     const span = ctx.span!;
-    if (!span.isRecording()) {
-      span.end(); // not sampled: nothing to describe
-      return;
-    }
+    if (!span.sampled) return;
     const route = ctx.route?.name ?? '(none)';
-    span.updateName(this.names.get(ctx.method, route));
-    span.setAttribute('http.request.method', ctx.method);
-    span.setAttribute('url.path', ctx.path);
-    span.setAttribute('idempotency.route', route);
-    span.setAttribute('idempotency.outcome', ctx.outcome);
-    span.setAttribute('idempotency.phase', ctx.phase);
-    span.setAttribute('idempotency.replayed', ctx.outcome === 'replayed');
-    if (ctx.key !== null) span.setAttribute('idempotency.key_hash', ctx.hashedKey());
-    if (ctx.status !== 0) span.setAttribute('http.response.status_code', ctx.status);
-    if (ctx.source !== null) {
-      span.setAttribute('error.source', ctx.source);
-      span.setStatus({ code: SpanStatusCode.ERROR, message: ctx.detail ?? ctx.outcome });
-    }
-    span.end();
+    span.name = this.names.get(ctx.method, route);
+    const enc = this.recorder.open(span, performance.now());
+    if (enc === null) return;
+    // Values of a small set (methods, route names, outcomes, phases) are encoded once and copied after.
+    enc.attrOf('http.request.method', ctx.method);
+    enc.attr('url.path', ctx.path);
+    enc.attrOf('idempotency.route', route);
+    enc.attrOf('idempotency.outcome', ctx.outcome);
+    enc.attrOf('idempotency.phase', ctx.phase);
+    enc.attrOf('idempotency.replayed', ctx.outcome === 'replayed');
+    if (ctx.key !== null) enc.attr('idempotency.key_hash', ctx.hashedKey());
+    if (ctx.status !== 0) enc.attr('http.response.status_code', ctx.status);
+    if (ctx.source !== null) enc.attr('error.source', ctx.source);
+    if (span.link !== null) enc.link(span.link, 'idempotency.link', 'replay_of');
+    if (ctx.source !== null) enc.error(ctx.detail ?? ctx.outcome);
+    this.recorder.close();
   }
 }
 
 /** Ends a child span; a failure marks it. */
-export function endChild(span: Span, err?: unknown): void {
-  if (err !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message ?? String(err) });
+export function endChild(span: TraceSpan, err?: unknown): void {
+  if (err !== undefined) span.fail((err as Error)?.message ?? String(err));
   span.end();
-}
-
-function storedTraceContext(propagator: TextMapPropagator, rec: StoredResponse): SpanContext | null {
-  const tp = reservedEntry(rec.headers, TRACE_RECORD_HEADER);
-  if (tp === null) return null;
-  const c = trace.getSpanContext(propagator.extract(ROOT_CONTEXT, { traceparent: tp }, carrierGetter));
-  return c !== undefined && trace.isSpanContextValid(c) ? c : null;
 }

@@ -23,13 +23,14 @@ export interface Receiver {
   close(): Promise<void>;
 }
 
-export async function startReceiver(): Promise<Receiver> {
+/** delayMs: each export is answered that much later (a slow collector). */
+export async function startReceiver(opts: { delayMs?: number } = {}): Promise<Receiver> {
   const spans: OtlpSpan[] = [];
   const contentTypes: string[] = [];
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
+    req.on('end', () => setTimeout(() => {
       const type = req.headers['content-type'] ?? '';
       contentTypes.push(`${req.method} ${req.url} ${type}`);
       const body = Buffer.concat(chunks);
@@ -41,7 +42,7 @@ export async function startReceiver(): Promise<Receiver> {
       const doc = JSON.parse(body.toString()) as { resourceSpans: Array<{ scopeSpans: Array<{ spans: OtlpSpan[] }> }> };
       for (const rs of doc.resourceSpans) for (const ss of rs.scopeSpans) spans.push(...ss.spans);
       res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
-    });
+    }, opts.delayMs ?? 0));
   });
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
@@ -59,9 +60,9 @@ export const durationNs = (s: OtlpSpan): bigint => BigInt(s.endTimeUnixNano) - B
 
 // --- OTLP/protobuf: ExportTraceServiceRequest → ResourceSpans(2: scope_spans) → ScopeSpans(2: spans) → Span
 
-type Field = { no: number; wire: number; int: bigint; bytes: Buffer };
+export type Field = { no: number; wire: number; int: bigint; bytes: Buffer };
 
-function* fields(buf: Buffer): Generator<Field> {
+export function* fields(buf: Buffer): Generator<Field> {
   let pos = 0;
   const varint = (): bigint => {
     let v = 0n;

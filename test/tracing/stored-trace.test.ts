@@ -2,9 +2,12 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
-import { startReceiver, type Receiver } from '../helpers/otlp.js';
+import { attr, startReceiver, type Receiver } from '../helpers/otlp.js';
 import type { RunningProxy } from '../../src/app.js';
-import { startTestProxy } from '../helpers/proxy.js';
+import { spawnFromYaml, startTestProxy } from '../helpers/proxy.js';
+import { waitFor } from '../helpers/wait.js';
+import { retryWhileInFlight, trySend } from '../faults/helpers/client.js';
+import { startControlledUpstream, type ControlledUpstream } from '../faults/helpers/controlled-upstream.js';
 import { tempDir, type TempDir } from '../helpers/tmp.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { cliInProcess } from '../ops/support.js';
@@ -85,5 +88,70 @@ describe('the stored trace context in keys show and the admin API', () => {
     // A replay never carries them either.
     const replay = await send(`${proxy.url}/pay/2`, { headers: { 'idempotency-key': 'reserved-2', 'content-type': 'application/json' }, body: '{}' });
     assert.ok(!Object.keys(replay.headers).some((n) => n.startsWith('idempotency-proxy-')), JSON.stringify(replay.headers));
+  });
+});
+
+// A probe-recorded answer (onExpiredLease: probe, found): the record is made
+// by the request that probed, so it keeps that request's trace context, and a
+// later replay links to the span that recorded it. The holder is a real child
+// proxy, SIGKILLed while the upstream holds its POST.
+describe('a record the outcome probe made: its replays link to the request that recorded it', () => {
+  let db: TestDatabase;
+  let up: ControlledUpstream;
+  let receiver: Receiver;
+  let proxy: RunningProxy;
+  const PROBE_PREFIX = '/v1/orders/by-idempotency-key/';
+  const yaml = `defaults: { lease: 1s }\nroutes:\n  - name: orders\n    match: { path: "/v1/orders" }\n    onExpiredLease: probe\n    outcomeProbe: { method: GET, path: "${PROBE_PREFIX}{key}" }\n`;
+  let holdPosts = true;
+  before(async () => {
+    db = await createTestDatabase();
+    receiver = await startReceiver();
+    up = await startControlledUpstream((ex) => {
+      if (ex.method === 'POST') {
+        if (!holdPosts) ex.respond(201, '{"id":"ord_new"}');
+        return;
+      }
+      ex.respond(200, '{"id":"ord_found"}', { 'x-order-id': 'ord_found' });
+    });
+    proxy = await startTestProxy({ upstream: up.url, databaseUrl: db.url, yaml: `${yaml}tracing: { endpoint: ${JSON.stringify(receiver.url)} }\n` });
+  });
+  after(async () => {
+    await proxy?.close();
+    await up?.close();
+    await receiver?.close();
+    await db?.drop();
+  });
+
+  test('probe found: claim, probe and commit spans; the stored record has the trace; the next retry links to it', async () => {
+    const k = `probe-trace-${Date.now()}`;
+    const req = (trace: string) => ({ headers: { 'idempotency-key': k, 'content-type': 'application/json', traceparent: `00-${trace}-${'5'.repeat(16)}-01` }, body: '{}' });
+    const victim = await spawnFromYaml({ upstream: up.url, databaseUrl: db.url, yaml });
+    const first = trySend(`${victim.url}/v1/orders`, req('a'.repeat(32)));
+    await up.arrival((e) => e.method === 'POST' && e.key === k);
+    await victim.kill();
+    assert.ok((await first) instanceof Error, 'the first client never got an answer');
+    holdPosts = false;
+    const probing = 'b'.repeat(32);
+    const settled = await retryWhileInFlight(`${proxy.url}/v1/orders`, req(probing), 5000);
+    assert.equal(settled.reply.status, 200);
+    assert.equal(settled.reply.headers['idempotent-replayed'], 'true');
+    assert.equal(up.exchanges.filter((e) => e.method === 'POST' && e.key === k).length, 1, 'the operation did not run again');
+
+    const [row] = await sql(db.url, 'SELECT response_headers FROM idempotency_keys WHERE idem_key = $1', [k]);
+    const trace = (row as { response_headers: Array<[string, string]> }).response_headers.find(([n]) => n === 'idempotency-proxy-trace')?.[1];
+    assert.match(String(trace), new RegExp(`^00-${probing}-[0-9a-f]{16}-01$`), 'the record keeps the trace context of the request that recorded it');
+
+    const again = await send(`${proxy.url}/v1/orders`, req('c'.repeat(32)));
+    assert.equal(again.status, 200);
+    assert.equal(again.headers['idempotent-replayed'], 'true');
+    assert.equal(again.headers['idempotency-proxy-trace'], undefined);
+    await waitFor('the replay span', () => receiver.spans.some((s) => s.traceId === 'c'.repeat(32) && s.kind === 2) || undefined, 10_000);
+    const recorder = receiver.spans.find((s) => s.traceId === probing && s.kind === 2 && attr(s, 'idempotency.phase') === 'probe');
+    assert.ok(recorder, `the probing request's server span (got ${receiver.spans.map((s) => `${s.name}/${String(attr(s, 'idempotency.phase'))}`).join(', ')})`);
+    const children = receiver.spans.filter((s) => s.traceId === probing && s.parentSpanId === recorder.spanId).map((s) => s.name);
+    for (const name of ['claim', 'probe', 'commit']) assert.ok(children.includes(name), `a ${name} span under it (got ${children.join(', ')})`);
+    assert.equal(trace, `00-${probing}-${recorder.spanId}-01`);
+    const replay = receiver.spans.find((s) => s.traceId === 'c'.repeat(32) && s.kind === 2)!;
+    assert.deepEqual(replay.links?.map((l) => [l.traceId, l.spanId]), [[probing, recorder.spanId]]);
   });
 });

@@ -4,8 +4,8 @@ import { Problems } from '../../http/problems.js';
 import type { ClaimOutcome, ClaimRequest } from '../../store/records.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
-import { SpanKind } from '@opentelemetry/api';
 import { endChild } from '../../tracing/spans.js';
+import { INTERNAL } from '../../tracing/span.js';
 import { KeyHold } from '../hold.js';
 import { waiterId } from '../waiters.js';
 import { NEXT, problem, type Phase, type ProblemVerdict, type Verdict } from '../verdict.js';
@@ -109,7 +109,7 @@ async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: Claim
   let step = 25;
   let polls = 0;
   // Traced: the wait is a span, and each claim again a claim span (idempotency.reclaim) beside the first.
-  const waitSpan = ctx.span === null ? null : deps.tracing!.child(ctx, 'wait', SpanKind.INTERNAL);
+  const waitSpan = ctx.span === null ? null : deps.tracing!.child(ctx, 'wait', INTERNAL);
   while (outcome.kind === 'in_flight') {
     const left = deadline - performance.now();
     if (left <= 0) break;
@@ -132,7 +132,8 @@ async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: Claim
         throw err;
       }
       if (span !== null) {
-        span.setAttributes({ 'idempotency.claim': outcome.kind, 'idempotency.reclaim': true });
+        span.setAttribute('idempotency.claim', outcome.kind);
+        span.setAttribute('idempotency.reclaim', true);
         endChild(span);
       }
     } catch {
@@ -140,7 +141,8 @@ async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: Claim
     }
   }
   if (waitSpan !== null) {
-    waitSpan.setAttributes({ 'idempotency.claim': outcome.kind, 'idempotency.wait.polls': polls });
+    waitSpan.setAttribute('idempotency.claim', outcome.kind);
+    waitSpan.setAttribute('idempotency.wait.polls', polls);
     endChild(waitSpan);
   }
   return outcome;

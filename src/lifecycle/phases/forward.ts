@@ -1,6 +1,6 @@
-import type { Span } from '@opentelemetry/api';
 import type { UpstreamError } from '../../errors.js';
 import { endChild } from '../../tracing/spans.js';
+import type { TraceSpan } from '../../tracing/span.js';
 import { CLAIM_HEADER } from '../../proxy/headers.js';
 import { recordUpstream, type Recorder, type Recording } from '../../proxy/record-handler.js';
 import { claimToken } from '../../store/claim-token.js';
@@ -24,7 +24,7 @@ export const forwardPhase: Phase = {
     const claim = ctx.claim!;
     // The row and owner token, for an upstream that settles the key in its own transaction (docs/co-commit.md).
     const extraHeaders = [CLAIM_HEADER, claimToken(claim.tenantId, claim.key, claim.ownerToken)];
-    let span: Span | null = null;
+    let span: TraceSpan | null = null;
     if (ctx.span !== null) {
       // The upstream call's span is the parent the upstream sees (docs/operations.md, Tracing).
       span = deps.tracing!.child(ctx, 'upstream');
@@ -55,7 +55,7 @@ class Forwarding implements Recorder {
     private readonly ctx: RequestContext,
     private readonly resolve: (v: Verdict) => void,
     private readonly reject: (err: unknown) => void,
-    private readonly span: Span | null,
+    private readonly span: TraceSpan | null,
   ) {}
 
   head(recording: Recording, statusCode: number): boolean {

@@ -61,10 +61,15 @@ function decide(deps: LifecycleDeps, ctx: RequestContext, result: ProbeResult): 
 async function found(deps: LifecycleDeps, ctx: RequestContext, response: StoredResponse): Promise<Verdict> {
   const claim = ctx.claim!;
   const t0 = performance.now();
+  // Traced: a commit span, and the record keeps this request's trace context: its replays link to where it was recorded.
+  const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'commit');
+  const stored = span === null ? response : deps.tracing!.withTrace(ctx, response);
   let outcome;
   try {
-    outcome = await deps.store.commit({ tenantId: claim.tenantId, key: claim.key, ownerToken: claim.ownerToken, response });
+    outcome = await deps.store.commit({ tenantId: claim.tenantId, key: claim.key, ownerToken: claim.ownerToken, response: stored });
+    if (span !== null) endChild(span);
   } catch (err) {
+    if (span !== null) endChild(span, err);
     ctx.storeMs += performance.now() - t0;
     deps.metrics.storeErrors.inc({ op: 'commit' });
     if (!(err instanceof StoreUnavailableError)) throw err;
@@ -78,8 +83,8 @@ async function found(deps: LifecycleDeps, ctx: RequestContext, response: StoredR
     deps.metrics.leaseLost.inc({ route: claim.route });
     return inFlight(ctx.plan!.durations.retryAfterS(1));
   }
-  deps.cache?.rememberComplete(claim.tenantId, claim.key, ctx.fingerprint, response, outcome.ttlLeftMs);
-  return { kind: 'replay', response };
+  deps.cache?.rememberComplete(claim.tenantId, claim.key, ctx.fingerprint, stored, outcome.ttlLeftMs);
+  return { kind: 'replay', response }; // without the trace context: this replay is the recording, not a replay of it
 }
 
 /** Stores the key outcome_unknown and answers 409 outcome-unknown, now and to every later retry. */

@@ -1,0 +1,62 @@
+import type { AttributeValue, SpanRef, TraceSpan } from './span.js';
+
+// What the recorder writes an ended span into: the export request being
+// built, in OTLP/protobuf (src/tracing/otlp-protobuf.ts) or OTLP/JSON
+// (src/tracing/otlp-json.ts). A span is written in one pass, in this order:
+// open, any attributes, at most one link, at most one status, close.
+
+export interface SpanEncoder {
+  /** The Content-Type of the requests take() returns. */
+  readonly contentType: string;
+  /** Spans written since the last take(). */
+  readonly count: number;
+  open(span: TraceSpan, endMs: number): void;
+  attr(key: string, value: AttributeValue): void;
+  /** The same, for a value of a small set (a method, a route name, an outcome): its encoding is kept and reused. */
+  attrOf(key: string, value: string | boolean): void;
+  link(ref: SpanRef, key: string, value: string): void;
+  /** An error status with its message. */
+  error(message: string): void;
+  close(): void;
+  /** The export request of every span written since the last take(), ready to send; the encoder starts afresh. */
+  take(): Uint8Array;
+}
+
+/** The resource and instrumentation scope every request carries. */
+export interface Envelope {
+  readonly resource: Readonly<Record<string, AttributeValue>>;
+  readonly scopeName: string;
+  readonly scopeVersion: string;
+}
+
+/** Nanoseconds since the Unix epoch of a performance.now() reading, in two 32-bit halves. */
+export class Clock {
+  private readonly originLo: number;
+  private readonly originHi: number;
+  private readonly origin: bigint;
+
+  constructor(timeOriginMs: number = performance.timeOrigin) {
+    this.origin = BigInt(Math.round(timeOriginMs * 1000)) * 1000n;
+    this.originLo = Number(this.origin & 0xffffffffn);
+    this.originHi = Number(this.origin >> 32n);
+  }
+
+  /** Writes the time as a little-endian fixed64 at `pos`. */
+  write(buf: Buffer, pos: number, ms: number): void {
+    const t = Math.round(ms * 1e6);
+    const tLo = t % 4294967296;
+    let lo = this.originLo + tLo;
+    let hi = this.originHi + (t - tLo) / 4294967296;
+    if (lo >= 4294967296) {
+      lo -= 4294967296;
+      hi += 1;
+    }
+    buf.writeUInt32LE(lo, pos);
+    buf.writeUInt32LE(hi, pos + 4);
+  }
+
+  /** The same as a decimal string (OTLP/JSON). */
+  decimal(ms: number): string {
+    return (this.origin + BigInt(Math.round(ms * 1e6))).toString();
+  }
+}

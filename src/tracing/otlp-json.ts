@@ -1,0 +1,79 @@
+import { Clock, type Envelope, type SpanEncoder } from './encoder.js';
+import type { AttributeValue, SpanRef, TraceSpan } from './span.js';
+
+// OTLP/JSON (tracing.protocol: http/json): the same request as
+// src/tracing/otlp-protobuf.ts in the protobuf JSON mapping OTLP specifies
+// (ids as hex, times and 64-bit integers as decimal strings, enums as
+// numbers). Each ended span becomes one JSON text; take() joins them inside
+// the envelope, whose text is built once.
+
+const hex = (w: number): string => (w >>> 0).toString(16).padStart(8, '0');
+
+function anyValue(value: AttributeValue): string {
+  if (typeof value === 'string') return `{"stringValue":${JSON.stringify(value)}}`;
+  if (typeof value === 'boolean') return `{"boolValue":${value}}`;
+  return Number.isInteger(value) ? `{"intValue":"${value}"}` : `{"doubleValue":${JSON.stringify(value)}}`;
+}
+
+const keyValue = (key: string, value: AttributeValue): string => `{"key":${JSON.stringify(key)},"value":${anyValue(value)}}`;
+
+export class JsonSpans implements SpanEncoder {
+  readonly contentType = 'application/json';
+  private spans: string[] = [];
+  private readonly before: string;
+  private readonly after = ']}]}]}';
+  // The span being written: its fields so far, its attributes, its link and status.
+  private text = '';
+  private attrs = '';
+  private tail = '';
+
+  constructor(envelope: Envelope, private readonly clock = new Clock()) {
+    const resource = Object.entries(envelope.resource).map(([k, v]) => keyValue(k, v)).join(',');
+    const scope = `{"name":${JSON.stringify(envelope.scopeName)},"version":${JSON.stringify(envelope.scopeVersion)}}`;
+    this.before = `{"resourceSpans":[{"resource":{"attributes":[${resource}]},"scopeSpans":[{"scope":${scope},"spans":[`;
+  }
+
+  get count(): number {
+    return this.spans.length;
+  }
+
+  open(span: TraceSpan, endMs: number): void {
+    const parent = (span.p0 | span.p1) === 0 ? '' : `,"parentSpanId":"${hex(span.p0)}${hex(span.p1)}"`;
+    const state = span.traceState === null ? '' : `,"traceState":${JSON.stringify(span.traceState)}`;
+    const flags = 0x101 | (span.remoteParent ? 0x200 : 0);
+    this.text = `{"traceId":"${hex(span.t0)}${hex(span.t1)}${hex(span.t2)}${hex(span.t3)}","spanId":"${hex(span.s0)}${hex(span.s1)}"${state}${parent},`
+      + `"flags":${flags},"name":${JSON.stringify(span.name)},"kind":${span.kind},`
+      + `"startTimeUnixNano":"${this.clock.decimal(span.start)}","endTimeUnixNano":"${this.clock.decimal(endMs)}"`;
+    this.attrs = '';
+    this.tail = '';
+    const attrs = span.attrs;
+    if (attrs !== null) for (let i = 0; i < attrs.length; i += 2) this.attr(attrs[i] as string, attrs[i + 1]!);
+  }
+
+  attr(key: string, value: AttributeValue): void {
+    this.attrs += (this.attrs === '' ? '' : ',') + keyValue(key, value);
+  }
+
+  attrOf(key: string, value: string | boolean): void {
+    this.attr(key, value);
+  }
+
+  link(ref: SpanRef, key: string, value: string): void {
+    const state = ref.traceState === null ? '' : `,"traceState":${JSON.stringify(ref.traceState)}`;
+    this.tail += `,"links":[{"traceId":"${ref.traceId}","spanId":"${ref.spanId}"${state},"attributes":[${keyValue(key, value)}],"flags":${(ref.sampled ? 1 : 0) | 0x300}}]`;
+  }
+
+  error(message: string): void {
+    this.tail += `,"status":{"code":2,"message":${JSON.stringify(message)}}`;
+  }
+
+  close(): void {
+    this.spans.push(`${this.text},"attributes":[${this.attrs}]${this.tail}}`);
+  }
+
+  take(): Uint8Array {
+    const body = Buffer.from(this.before + this.spans.join(',') + this.after);
+    this.spans = [];
+    return body;
+  }
+}

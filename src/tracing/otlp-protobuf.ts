@@ -1,0 +1,385 @@
+import { Clock, type Envelope, type SpanEncoder } from './encoder.js';
+import type { AttributeValue, SpanRef, TraceSpan } from './span.js';
+
+// OTLP/protobuf: the export request (ExportTraceServiceRequest, from
+// opentelemetry/proto/collector/trace/v1 and trace/v1/trace.proto) written
+// straight into one buffer as spans end. Its envelope — one ResourceSpans
+// with the resource, one ScopeSpans with the scope — is encoded once at
+// start-up; room for it is kept at the front of the buffer, and take() writes
+// it there in front of the spans, so a batch is sent without being copied.
+// Field numbers are the .proto's; the tags below are (field << 3 | wire type).
+
+const VARINT = 0;
+const I64 = 1;
+const LEN = 2;
+const I32 = 5;
+const tag = (field: number, wire: number): number => (field << 3) | wire;
+
+// Span (trace.proto)
+const SPAN_TRACE_ID = tag(1, LEN);
+const SPAN_SPAN_ID = tag(2, LEN);
+const SPAN_TRACE_STATE = tag(3, LEN);
+const SPAN_PARENT = tag(4, LEN);
+const SPAN_NAME = tag(5, LEN);
+const SPAN_KIND = tag(6, VARINT);
+const SPAN_START = tag(7, I64);
+const SPAN_END = tag(8, I64);
+const SPAN_ATTRIBUTE = tag(9, LEN);
+const SPAN_LINK = tag(13, LEN);
+const SPAN_STATUS = tag(15, LEN);
+const SPAN_FLAGS = tag(16, I32); // two bytes as a varint: 0x85 0x01
+// Span.Link
+const LINK_TRACE_ID = tag(1, LEN);
+const LINK_SPAN_ID = tag(2, LEN);
+const LINK_TRACE_STATE = tag(3, LEN);
+const LINK_ATTRIBUTE = tag(4, LEN);
+const LINK_FLAGS = tag(6, I32);
+// Status: message 2, code 3 (STATUS_CODE_ERROR = 2)
+const STATUS_MESSAGE = tag(2, LEN);
+const STATUS_CODE = tag(3, VARINT);
+const STATUS_ERROR = 2;
+// KeyValue and AnyValue (common.proto)
+const KV_KEY = tag(1, LEN);
+const KV_VALUE = tag(2, LEN);
+const ANY_STRING = tag(1, LEN);
+const ANY_BOOL = tag(2, VARINT);
+const ANY_INT = tag(3, VARINT);
+const ANY_DOUBLE = tag(4, I64);
+// The envelope: ExportTraceServiceRequest.resource_spans 1; ResourceSpans.resource 1, .scope_spans 2;
+// Resource.attributes 1; ScopeSpans.scope 1, .spans 2; InstrumentationScope.name 1, .version 2.
+const REQUEST_RESOURCE_SPANS = tag(1, LEN);
+const RESOURCE_SPANS_RESOURCE = tag(1, LEN);
+const RESOURCE_SPANS_SCOPE_SPANS = tag(2, LEN);
+const RESOURCE_ATTRIBUTE = tag(1, LEN);
+const SCOPE_SPANS_SCOPE = tag(1, LEN);
+const SCOPE_SPANS_SPAN = tag(2, LEN);
+const SCOPE_NAME = tag(1, LEN);
+const SCOPE_VERSION = tag(2, LEN);
+
+// OTLP span flags: the W3C trace flags (bit 0: sampled), and whether the parent is remote (bits 8, 9).
+const FLAGS_HAS_IS_REMOTE = 0x100;
+const FLAGS_IS_REMOTE = 0x200;
+
+const varintLength = (n: number): number => (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5);
+
+/** A growing buffer with protobuf's primitives (unsigned 32-bit varints, fixed 32/64, length-delimited fields). */
+class Wire {
+  buf: Buffer;
+  pos: number;
+
+  constructor(size: number, start = 0) {
+    this.buf = Buffer.allocUnsafe(size);
+    this.pos = start;
+  }
+
+  room(n: number): void {
+    if (this.pos + n <= this.buf.length) return;
+    const grown = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.pos + n));
+    this.buf.copy(grown, 0, 0, this.pos);
+    this.buf = grown;
+  }
+
+  byte(b: number): void {
+    this.buf[this.pos++] = b;
+  }
+
+  varint(n: number): void {
+    while (n > 0x7f) {
+      this.buf[this.pos++] = (n & 0x7f) | 0x80;
+      n >>>= 7;
+    }
+    this.buf[this.pos++] = n;
+  }
+
+  string(s: string): void {
+    const n = Buffer.byteLength(s, 'utf8');
+    this.room(n + 5);
+    this.varint(n);
+    this.pos += this.buf.write(s, this.pos, n, 'utf8');
+  }
+
+  /** Hex digits as bytes (ids). */
+  hex(s: string, bytes: number): void {
+    this.buf[this.pos++] = bytes;
+    this.pos += this.buf.write(s, this.pos, bytes, 'hex');
+  }
+
+  word(w: number): void {
+    const b = this.buf;
+    const p = this.pos;
+    b[p] = w >>> 24;
+    b[p + 1] = w >>> 16;
+    b[p + 2] = w >>> 8;
+    b[p + 3] = w;
+    this.pos = p + 4;
+  }
+
+  /** Encoded bytes copied in: a loop, cheaper than TypedArray.set for the few dozen bytes of an attribute. */
+  bytes(src: Buffer): void {
+    const n = src.length;
+    this.room(n);
+    const b = this.buf;
+    let p = this.pos;
+    for (let i = 0; i < n; i++) b[p++] = src[i]!;
+    this.pos = p;
+  }
+
+  fixed32(n: number): void {
+    this.buf.writeUInt32LE(n, this.pos);
+    this.pos += 4;
+  }
+
+  /** A length-delimited field's start: one byte kept for its length (most are short). */
+  open(): number {
+    return this.pos++;
+  }
+
+  /** Writes the length of the field opened at `at`, moving its content when the length needs more than one byte. */
+  close(at: number): void {
+    const length = this.pos - at - 1;
+    if (length < 0x80) {
+      this.buf[at] = length;
+      return;
+    }
+    const extra = varintLength(length) - 1;
+    this.room(extra);
+    this.buf.copyWithin(at + 1 + extra, at + 1, this.pos);
+    this.pos += extra;
+    const end = this.pos;
+    this.pos = at;
+    this.varint(length);
+    this.pos = end;
+  }
+
+  keyValue(fieldTag: number, key: Buffer, value: AttributeValue): void {
+    this.room(key.length + 24);
+    this.byte(fieldTag);
+    const kv = this.open();
+    this.buf.set(key, this.pos);
+    this.pos += key.length;
+    this.byte(KV_VALUE);
+    const any = this.open();
+    if (typeof value === 'string') {
+      this.byte(ANY_STRING);
+      this.string(value);
+    } else if (typeof value === 'boolean') {
+      this.byte(ANY_BOOL);
+      this.byte(value ? 1 : 0);
+    } else if (Number.isInteger(value) && value >= 0 && value <= 0xffffffff) {
+      this.byte(ANY_INT);
+      this.varint(value);
+    } else {
+      this.byte(ANY_DOUBLE);
+      this.buf.writeDoubleLE(value, this.pos);
+      this.pos += 8;
+    }
+    this.close(any);
+    this.close(kv);
+  }
+}
+
+/** A KeyValue's key field (tag, length, bytes), encoded once per attribute name; whole attributes of a small set of values likewise. */
+class Keys {
+  private readonly keys = new Map<string, Buffer>();
+  private readonly pairs = new Map<string, Map<string | boolean, Buffer>>();
+
+  /** The span attribute field (tag, length, key, value) of key = value. At most 64 values a key are kept. */
+  pair(key: string, value: string | boolean): Buffer {
+    let values = this.pairs.get(key);
+    if (values === undefined) this.pairs.set(key, (values = new Map()));
+    let encoded = values.get(value);
+    if (encoded === undefined) {
+      const w = new Wire(64 + (typeof value === 'string' ? value.length * 3 : 0));
+      w.keyValue(SPAN_ATTRIBUTE, this.get(key), value);
+      encoded = Buffer.from(w.buf.subarray(0, w.pos));
+      if (values.size < 64) values.set(value, encoded);
+    }
+    return encoded;
+  }
+
+  get(key: string): Buffer {
+    let k = this.keys.get(key);
+    if (k === undefined) {
+      const w = new Wire(key.length * 3 + 8);
+      w.byte(KV_KEY);
+      w.string(key);
+      k = Buffer.from(w.buf.subarray(0, w.pos));
+      if (this.keys.size < 256) this.keys.set(key, k);
+    }
+    return k;
+  }
+}
+
+function encodeEnvelope(env: Envelope, keys: Keys): { resource: Buffer; scope: Buffer } {
+  const r = new Wire(1024);
+  r.byte(RESOURCE_SPANS_RESOURCE);
+  const res = r.open();
+  for (const [k, v] of Object.entries(env.resource)) r.keyValue(RESOURCE_ATTRIBUTE, keys.get(k), v);
+  r.close(res);
+  const s = new Wire(256);
+  s.byte(SCOPE_SPANS_SCOPE);
+  const scope = s.open();
+  s.byte(SCOPE_NAME);
+  s.string(env.scopeName);
+  s.byte(SCOPE_VERSION);
+  s.string(env.scopeVersion);
+  s.close(scope);
+  return { resource: Buffer.from(r.buf.subarray(0, r.pos)), scope: Buffer.from(s.buf.subarray(0, s.pos)) };
+}
+
+export class ProtobufSpans implements SpanEncoder {
+  readonly contentType = 'application/x-protobuf';
+  count = 0;
+  private readonly keys = new Keys();
+  private readonly resource: Buffer;
+  private readonly scope: Buffer;
+  /** Room at the front for the envelope: both its fields, their tags and lengths (5 bytes each at most). */
+  private readonly head: number;
+  private wire: Wire;
+  private spanAt = 0;
+
+  constructor(envelope: Envelope, private readonly clock = new Clock(), private readonly size = 1 << 17) {
+    ({ resource: this.resource, scope: this.scope } = encodeEnvelope(envelope, this.keys));
+    this.head = this.resource.length + this.scope.length + 12;
+    this.wire = new Wire(size, this.head);
+  }
+
+  open(span: TraceSpan, endMs: number): void {
+    const w = this.wire;
+    w.room(96 + span.name.length * 3 + (span.traceState === null ? 0 : span.traceState.length + 6));
+    w.byte(SCOPE_SPANS_SPAN);
+    // Two bytes kept for the span's length: a span is 128 bytes to 16 KiB (close() moves it otherwise).
+    this.spanAt = w.pos;
+    w.pos += 2;
+    w.byte(SPAN_TRACE_ID);
+    w.byte(16);
+    w.word(span.t0);
+    w.word(span.t1);
+    w.word(span.t2);
+    w.word(span.t3);
+    w.byte(SPAN_SPAN_ID);
+    w.byte(8);
+    w.word(span.s0);
+    w.word(span.s1);
+    if (span.traceState !== null) {
+      w.byte(SPAN_TRACE_STATE);
+      w.string(span.traceState);
+    }
+    if ((span.p0 | span.p1) !== 0) {
+      w.byte(SPAN_PARENT);
+      w.byte(8);
+      w.word(span.p0);
+      w.word(span.p1);
+    }
+    w.byte(SPAN_NAME);
+    w.string(span.name);
+    w.byte(SPAN_KIND);
+    w.byte(span.kind);
+    w.byte(SPAN_START);
+    this.clock.write(w.buf, w.pos, span.start);
+    w.pos += 8;
+    w.byte(SPAN_END);
+    this.clock.write(w.buf, w.pos, endMs);
+    w.pos += 8;
+    w.byte((SPAN_FLAGS & 0x7f) | 0x80);
+    w.byte(SPAN_FLAGS >>> 7);
+    w.fixed32(1 | FLAGS_HAS_IS_REMOTE | (span.remoteParent ? FLAGS_IS_REMOTE : 0));
+    const attrs = span.attrs;
+    if (attrs === null) return;
+    // A child span's attributes: claim outcomes, probe results, methods (small sets: reused encodings) and numbers.
+    for (let i = 0; i < attrs.length; i += 2) {
+      const v = attrs[i + 1]!;
+      if (typeof v === 'number') this.attr(attrs[i] as string, v);
+      else this.attrOf(attrs[i] as string, v);
+    }
+  }
+
+  attr(key: string, value: AttributeValue): void {
+    this.wire.keyValue(SPAN_ATTRIBUTE, this.keys.get(key), value);
+  }
+
+  attrOf(key: string, value: string | boolean): void {
+    this.wire.bytes(this.keys.pair(key, value));
+  }
+
+  link(ref: SpanRef, key: string, value: string): void {
+    const w = this.wire;
+    w.room(48 + (ref.traceState === null ? 0 : ref.traceState.length + 6));
+    w.byte(SPAN_LINK);
+    const at = w.open();
+    w.byte(LINK_TRACE_ID);
+    w.hex(ref.traceId, 16);
+    w.byte(LINK_SPAN_ID);
+    w.hex(ref.spanId, 8);
+    if (ref.traceState !== null) {
+      w.byte(LINK_TRACE_STATE);
+      w.string(ref.traceState);
+    }
+    w.keyValue(LINK_ATTRIBUTE, this.keys.get(key), value);
+    w.room(5);
+    w.byte(LINK_FLAGS);
+    w.fixed32((ref.sampled ? 1 : 0) | FLAGS_HAS_IS_REMOTE | FLAGS_IS_REMOTE); // another request's span: remote
+    w.close(at);
+  }
+
+  error(message: string): void {
+    const w = this.wire;
+    w.room(8);
+    w.byte(SPAN_STATUS);
+    const at = w.open();
+    w.byte(STATUS_MESSAGE);
+    w.string(message);
+    w.room(2);
+    w.byte(STATUS_CODE);
+    w.byte(STATUS_ERROR);
+    w.close(at);
+  }
+
+  close(): void {
+    const w = this.wire;
+    const at = this.spanAt;
+    const length = w.pos - at - 2;
+    const bytes = varintLength(length);
+    if (bytes !== 2) {
+      // Under 128 bytes, or 16 KiB and more (a long path or error message): the span moves by the difference.
+      w.room(bytes);
+      w.buf.copyWithin(at + bytes, at + 2, w.pos);
+      w.pos += bytes - 2;
+    }
+    writeVarint(w.buf, at, length);
+    this.count += 1;
+  }
+
+  take(): Uint8Array {
+    const w = this.wire;
+    const spans = w.pos - this.head;
+    const scopeSpans = this.scope.length + spans;
+    const resourceSpans = this.resource.length + 1 + varintLength(scopeSpans) + scopeSpans;
+    let p = this.head - this.scope.length;
+    this.scope.copy(w.buf, p);
+    p -= varintLength(scopeSpans) + 1;
+    writeField(w.buf, p, RESOURCE_SPANS_SCOPE_SPANS, scopeSpans);
+    p -= this.resource.length;
+    this.resource.copy(w.buf, p);
+    p -= varintLength(resourceSpans) + 1;
+    writeField(w.buf, p, REQUEST_RESOURCE_SPANS, resourceSpans);
+    const out = w.buf.subarray(p, w.pos);
+    this.wire = new Wire(this.size, this.head);
+    this.count = 0;
+    return out;
+  }
+}
+
+/** A length-delimited field's tag and length at `pos`. */
+function writeField(buf: Buffer, pos: number, fieldTag: number, length: number): void {
+  buf[pos] = fieldTag;
+  writeVarint(buf, pos + 1, length);
+}
+
+function writeVarint(buf: Buffer, pos: number, n: number): void {
+  while (n > 0x7f) {
+    buf[pos++] = (n & 0x7f) | 0x80;
+    n >>>= 7;
+  }
+  buf[pos] = n;
+}

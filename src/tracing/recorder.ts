@@ -1,0 +1,111 @@
+import type { SpanEncoder } from './encoder.js';
+import type { SpanSink, TraceSpan } from './span.js';
+
+// The recorder: ended spans are written into the export request being built
+// (src/tracing/encoder.ts) and die young; full requests are handed to the
+// exporter (the OpenTelemetry OTLP/HTTP exporter, src/tracing/start.ts) in
+// the background. What the batch span processor's OTEL_BSP_* variables set
+// means the same here: a request goes when it holds maxBatch spans or when
+// the oldest span in it is delayMs old, and spans that would take the spans
+// not yet exported past maxQueue are dropped (counted; never a request).
+
+export interface Export {
+  /** Sends one request; resolves when it was accepted, rejects when it was not. */
+  send(body: Uint8Array, spans: number): Promise<void>;
+  shutdown(): Promise<void>;
+}
+
+export interface RecorderOptions {
+  readonly maxQueue: number;
+  readonly maxBatch: number;
+  readonly delayMs: number;
+  /** Exports at once, at most. */
+  readonly concurrency: number;
+  /** Spans dropped: a full queue, or an export that failed. */
+  readonly onLoss: (spans: number, reason: string) => void;
+}
+
+export class Recorder implements SpanSink {
+  /** Spans recorded and not yet exported (being written, waiting, being sent). */
+  private queued = 0;
+  private readonly waiting: Array<{ body: Uint8Array; spans: number }> = [];
+  private sending = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private idle: Array<() => void> = [];
+
+  constructor(private readonly encoder: SpanEncoder, private readonly exporter: Export, private readonly opts: RecorderOptions) {}
+
+  /** The encoder to write an ended span into, or null when the queue is full (the span is dropped). Then close(). */
+  open(span: TraceSpan, endMs: number): SpanEncoder | null {
+    if (this.queued >= this.opts.maxQueue) {
+      this.opts.onLoss(1, 'the span queue is full');
+      return null;
+    }
+    this.encoder.open(span, endMs);
+    return this.encoder;
+  }
+
+  close(): void {
+    this.encoder.close();
+    this.queued += 1;
+    if (this.encoder.count >= this.opts.maxBatch) this.seal();
+    else if (this.timer === null) {
+      this.timer = setTimeout(() => {
+        this.timer = null;
+        this.seal();
+      }, this.opts.delayMs);
+      this.timer.unref();
+    }
+  }
+
+  /** A child span that ended: its attributes, error and name as set while it ran. */
+  record(span: TraceSpan, endMs: number): void {
+    const enc = this.open(span, endMs);
+    if (enc === null) return;
+    if (span.error !== null) enc.error(span.error);
+    this.close();
+  }
+
+  /** Sends what is recorded and waits for every export to end; then the exporter shuts down. */
+  async shutdown(): Promise<void> {
+    this.seal();
+    if (this.sending > 0 || this.waiting.length > 0) await new Promise<void>((resolve) => this.idle.push(resolve));
+    await this.exporter.shutdown();
+  }
+
+  private seal(): void {
+    if (this.timer !== null) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    const spans = this.encoder.count;
+    if (spans === 0) return;
+    this.waiting.push({ body: this.encoder.take(), spans });
+    this.pump();
+  }
+
+  private pump(): void {
+    while (this.sending < this.opts.concurrency && this.waiting.length > 0) {
+      const { body, spans } = this.waiting.shift()!;
+      this.sending += 1;
+      this.exporter.send(body, spans).then(
+        () => this.sent(spans),
+        (err: unknown) => {
+          this.opts.onLoss(spans, `the export failed: ${(err as Error)?.message ?? String(err)}`);
+          this.sent(spans);
+        },
+      );
+    }
+  }
+
+  private sent(spans: number): void {
+    this.sending -= 1;
+    this.queued -= spans;
+    this.pump();
+    if (this.sending === 0 && this.waiting.length === 0) {
+      const idle = this.idle;
+      this.idle = [];
+      for (const resolve of idle) resolve();
+    }
+  }
+}

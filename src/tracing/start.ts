@@ -1,0 +1,126 @@
+import { ROOT_CONTEXT, trace, type TextMapGetter } from '@opentelemetry/api';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { OTLPExporterBase } from '@opentelemetry/otlp-exporter-base';
+import { convertLegacyHttpOptions, createOtlpHttpExportDelegate } from '@opentelemetry/otlp-exporter-base/node-http';
+import { JsonTraceSerializer, ProtobufTraceSerializer, type IExportTraceServiceResponse, type ISerializer } from '@opentelemetry/otlp-transformer';
+import { defaultResource, detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
+import type { TracingConfig } from '../config/types.js';
+import type { Envelope, SpanEncoder } from './encoder.js';
+import { IdPool } from './ids.js';
+import { JsonSpans } from './otlp-json.js';
+import { ProtobufSpans } from './otlp-protobuf.js';
+import { Recorder, type Export } from './recorder.js';
+import { samplerFrom, type Sampler } from './sampler.js';
+import type { AttributeValue, SpanRef } from './span.js';
+import { RequestTracing, type TraceContextReader } from './spans.js';
+
+// Tracing's start-up, imported by src/app.ts only when tracing is on
+// (docs/operations.md, Tracing: packages). Spans are recorded by our own
+// recorder (src/tracing/recorder.ts), encoded as they end; what they are
+// sent with is OpenTelemetry's: the OTLP/HTTP export delegate of
+// @opentelemetry/otlp-exporter-base (endpoint, headers, timeout, compression
+// and retries from the standard OTEL_EXPORTER_OTLP_* variables), the resource
+// from @opentelemetry/resources (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME),
+// the W3C propagator of @opentelemetry/core for every traceparent read.
+
+export interface StartedTracing {
+  readonly tracing: RequestTracing;
+  readonly sampler: Sampler;
+  /** Exports what is recorded, then stops. */
+  shutdown(): Promise<void>;
+}
+
+export interface TracingHooks {
+  /** Spans lost: a full queue or a failed export (src/app.ts logs it, at most every 10 s). */
+  readonly onLoss: (spans: number, reason: string) => void;
+}
+
+const VERSION = '0.1.0';
+
+export function startTracing(config: TracingConfig, hooks: TracingHooks, env: NodeJS.ProcessEnv = process.env): StartedTracing {
+  const sampler = samplerFrom(config.sampleRatio, env);
+  const encoder = encoderFor(config, envelope(config, env));
+  const recorder = new Recorder(encoder, exporter(config, encoder.contentType), {
+    ...batchOptions(env),
+    concurrency: 4,
+    onLoss: hooks.onLoss,
+  });
+  return {
+    tracing: new RequestTracing(recorder, sampler, new IdPool(), traceContextReader()),
+    sampler,
+    shutdown: () => recorder.shutdown(),
+  };
+}
+
+function encoderFor(config: TracingConfig, env: Envelope): SpanEncoder {
+  return config.protocol === 'http/json' ? new JsonSpans(env) : new ProtobufSpans(env);
+}
+
+/** The resource as the SDK would build it: its defaults, then OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME, then ours. */
+function envelope(config: TracingConfig, env: NodeJS.ProcessEnv): Envelope {
+  const service = config.serviceName ?? env.OTEL_SERVICE_NAME ?? 'idempotency-proxy';
+  const resource = defaultResource().merge(detectResources({ detectors: [envDetector] })).merge(resourceFromAttributes({ 'service.name': service }));
+  const attributes: Record<string, AttributeValue> = {};
+  for (const [k, v] of Object.entries(resource.attributes)) {
+    if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') attributes[k] = v;
+  }
+  return { resource: attributes, scopeName: 'idempotency-proxy', scopeVersion: VERSION };
+}
+
+/**
+ * The batch processor's variables: batches of 512 (OTEL_BSP_MAX_EXPORT_BATCH_SIZE), sent at least every
+ * 5 s (OTEL_BSP_SCHEDULE_DELAY), and a queue of 16 384 spans unless OTEL_BSP_MAX_QUEUE_SIZE says otherwise
+ * (the SDK's 2 048 is a tenth of a second of spans at 5 000 requests a second: one slow export would drop spans).
+ */
+function batchOptions(env: NodeJS.ProcessEnv): { maxQueue: number; maxBatch: number; delayMs: number } {
+  const read = (name: string, fallback: number): number => {
+    const raw = env[name];
+    if (raw === undefined || raw.trim() === '') return fallback;
+    const n = Number(raw.trim());
+    if (!Number.isInteger(n) || n <= 0) throw new Error(`${name}=${raw}: a whole number above 0`);
+    return n;
+  };
+  const maxQueue = read('OTEL_BSP_MAX_QUEUE_SIZE', 16_384);
+  return { maxQueue, maxBatch: Math.min(read('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', 512), maxQueue), delayMs: read('OTEL_BSP_SCHEDULE_DELAY', 5_000) };
+}
+
+/** A request the recorder has encoded, as the export delegate's "internal representation". */
+interface Encoded {
+  readonly body: Uint8Array;
+  readonly spans: number;
+}
+
+function exporter(config: TracingConfig, contentType: string): Export {
+  const response = config.protocol === 'http/json' ? JsonTraceSerializer : ProtobufTraceSerializer;
+  const serializer: ISerializer<Encoded, IExportTraceServiceResponse> = {
+    serializeRequest: (e) => e.body,
+    deserializeResponse: (data) => response.deserializeResponse(data),
+  };
+  const options = config.endpoint === null ? {} : { url: `${config.endpoint.replace(/\/+$/, '')}/v1/traces` };
+  const delegate = createOtlpHttpExportDelegate(
+    convertLegacyHttpOptions(options, 'TRACES', 'v1/traces', { 'Content-Type': contentType }),
+    serializer, 'otlp_http_span_exporter', { name: 'span', countItems: (e) => e.spans }, undefined,
+  );
+  const base = new OTLPExporterBase<Encoded>(delegate);
+  return {
+    send: (body, spans) => new Promise<void>((resolve, reject) => {
+      base.export({ body, spans }, (result) => (result.code === 0 ? resolve() : reject(result.error ?? new Error('export failed'))));
+    }),
+    shutdown: () => base.shutdown(),
+  };
+}
+
+type Carrier = Record<string, string>;
+const getter: TextMapGetter<Carrier> = { keys: (c) => Object.keys(c), get: (c, k) => c[k] };
+
+/** traceparent and tracestate read by the W3C propagator; null when the traceparent is not valid. */
+function traceContextReader(): TraceContextReader {
+  const propagator = new W3CTraceContextPropagator();
+  return (traceparent, tracestate) => {
+    const carrier: Carrier = tracestate === undefined ? { traceparent } : { traceparent, tracestate };
+    const c = trace.getSpanContext(propagator.extract(ROOT_CONTEXT, carrier, getter));
+    if (c === undefined || !trace.isSpanContextValid(c)) return null;
+    const state = c.traceState?.serialize();
+    return { traceId: c.traceId, spanId: c.spanId, sampled: (c.traceFlags & 1) === 1, traceState: state ? state : null };
+  };
+}

@@ -1,0 +1,195 @@
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { JsonTraceSerializer, ProtobufTraceSerializer } from '@opentelemetry/otlp-transformer';
+import { Clock, type Envelope, type SpanEncoder } from '../../src/tracing/encoder.js';
+import { JsonSpans } from '../../src/tracing/otlp-json.js';
+import { ProtobufSpans } from '../../src/tracing/otlp-protobuf.js';
+import { CLIENT, SERVER, TraceSpan, word, type AttributeValue, type SpanRef } from '../../src/tracing/span.js';
+import { fields } from '../helpers/otlp.js';
+
+// The recorder's OTLP encoders (src/tracing/otlp-protobuf.ts, otlp-json.ts)
+// against OpenTelemetry's own: the same spans, written by ours and by the
+// serializers of @opentelemetry/otlp-transformer (what the SDK's OTLP
+// exporters send), decoded field by field, must be the same request — ids,
+// parent, trace state, times to the nanosecond, kinds, flags, attributes of
+// every type, links, status, resource and scope. Spans of every size class
+// the protobuf encoder treats differently: under 128 bytes, 128 B–16 KiB,
+// over 16 KiB, attributes over 127 bytes, non-ASCII text.
+
+const clock = new Clock(1_764_000_000_123.456);
+const envelope: Envelope = {
+  resource: { 'service.name': 'idempotency-proxy-test', 'deployment.environment': 'tést', 'host.cpus': 2, 'x.flag': true },
+  scopeName: 'idempotency-proxy',
+  scopeVersion: '0.1.0',
+};
+
+interface Case {
+  span: TraceSpan;
+  endMs: number;
+  attrs: Array<[string, AttributeValue]>;
+  link?: SpanRef;
+  error?: string;
+}
+
+const hexId = (words: number[]): string => words.map((w) => (w >>> 0).toString(16).padStart(8, '0')).join('');
+
+function cases(): Case[] {
+  const client: SpanRef = { traceId: '0af7651916cd43dd8448eb211c80319c', spanId: 'b7ad6b7169203331', sampled: true, traceState: 'vendor=abc,other=x' };
+  const t = [0, 1, 2, 3].map((i) => word(client.traceId, i)) as [number, number, number, number];
+  const server = new TraceSpan({ record: () => {} }, ...t, 0x12345678, -0x789abcdf, word(client.spanId, 0), word(client.spanId, 1), true, client.traceState, 'POST default', SERVER, 1234.567891);
+  const child = new TraceSpan({ record: () => {} }, ...t, -1, 7, server.s0, server.s1, false, client.traceState, 'claim', CLIENT, 1235.000001);
+  child.setAttribute('idempotency.claim', 'claimed');
+  const root = new TraceSpan({ record: () => {} }, -0x7fffffff, 0, 42, -5, 1, 2, 0, 0, false, null, 'x', SERVER, 0.001);
+  const big = new TraceSpan({ record: () => {} }, 9, 8, 7, 6, 5, 4, 0, 0, false, null, 'GET /ünïcode', SERVER, 99_999_999.5);
+  const link: SpanRef = { traceId: 'f'.repeat(31) + 'e', spanId: '00000000000000a1', sampled: true, traceState: null };
+  return [
+    {
+      span: server, endMs: 1260.000999,
+      attrs: [['http.request.method', 'POST'], ['url.path', `/orders/${'p'.repeat(200)}`], ['idempotency.replayed', true], ['http.response.status_code', 201],
+        ['idempotency.ratio', 0.25], ['idempotency.polls', 0], ['idempotency.flag', false], ['idempotency.note', 'ça coûte €']],
+      link, error: 'upstream: connection reset',
+    },
+    { span: child, endMs: 1236.5, attrs: [] },
+    { span: root, endMs: 0.002, attrs: [] },
+    { span: big, endMs: 100_000_000, attrs: [['url.path', `/${'é'.repeat(9_000)}`], ['error.source', 'upstream']], error: 'x'.repeat(300) },
+  ];
+}
+
+function write(enc: SpanEncoder, list: Case[]): Uint8Array {
+  for (const c of list) {
+    enc.open(c.span, c.endMs);
+    for (const [k, v] of c.attrs) enc.attr(k, v);
+    if (c.link !== undefined) enc.link(c.link, 'idempotency.link', 'replay_of');
+    if (c.error !== undefined) enc.error(c.error);
+    enc.close();
+  }
+  assert.equal(enc.count, list.length);
+  return enc.take();
+}
+
+const hrTime = (ms: number): [number, number] => {
+  const ns = BigInt(clock.decimal(ms));
+  return [Number(ns / 1_000_000_000n), Number(ns % 1_000_000_000n)];
+};
+
+/** The same spans as the SDK's ReadableSpan (the shape its OTLP serializers read). */
+function readable(list: Case[]): unknown[] {
+  // One resource and one scope object for all: the serializer groups spans by them.
+  const resource = { attributes: envelope.resource, schemaUrl: undefined, merge: () => resource };
+  const instrumentationScope = { name: envelope.scopeName, version: envelope.scopeVersion };
+  return list.map((c) => {
+    const s = c.span;
+    const attributes: Record<string, AttributeValue> = {};
+    const own = s.attrs ?? [];
+    for (let i = 0; i < own.length; i += 2) attributes[own[i] as string] = own[i + 1]!;
+    for (const [k, v] of c.attrs) attributes[k] = v;
+    const state = (v: string | null) => (v === null ? undefined : { serialize: () => v });
+    return {
+      name: s.name,
+      kind: s.kind - 1, // the API's SpanKind: INTERNAL 0, SERVER 1, CLIENT 2
+      spanContext: () => ({ traceId: hexId([s.t0, s.t1, s.t2, s.t3]), spanId: hexId([s.s0, s.s1]), traceFlags: 1, traceState: state(s.traceState) }),
+      parentSpanContext: (s.p0 | s.p1) === 0 ? undefined : { traceId: hexId([s.t0, s.t1, s.t2, s.t3]), spanId: hexId([s.p0, s.p1]), traceFlags: 1, isRemote: s.remoteParent },
+      startTime: hrTime(s.start),
+      endTime: hrTime(c.endMs),
+      status: c.error === undefined ? { code: 0 } : { code: 2, message: c.error },
+      attributes,
+      links: c.link === undefined ? [] : [{
+        context: { traceId: c.link.traceId, spanId: c.link.spanId, traceFlags: c.link.sampled ? 1 : 0, isRemote: true, traceState: state(c.link.traceState) },
+        attributes: { 'idempotency.link': 'replay_of' },
+      }],
+      events: [],
+      duration: [0, 0],
+      ended: true,
+      resource,
+      instrumentationScope,
+      droppedAttributesCount: 0,
+      droppedEventsCount: 0,
+      droppedLinksCount: 0,
+    };
+  });
+}
+
+// --- a protobuf decoder driven by the .proto's structure: every field kept, proto3 defaults dropped
+
+type Schema = { [no: number]: Schema | 'scalar' | 'string' | 'bytes' };
+const ANY: Schema = { 1: 'string', 2: 'scalar', 3: 'scalar', 4: 'bytes' };
+const KV: Schema = { 1: 'string', 2: ANY };
+const STATUS: Schema = { 2: 'string', 3: 'scalar' };
+const LINK: Schema = { 1: 'bytes', 2: 'bytes', 3: 'string', 4: KV, 5: 'scalar', 6: 'scalar' };
+const EVENT: Schema = { 1: 'scalar', 2: 'string', 3: KV, 4: 'scalar' };
+const SPAN: Schema = { 1: 'bytes', 2: 'bytes', 3: 'string', 4: 'bytes', 5: 'string', 6: 'scalar', 7: 'scalar', 8: 'scalar', 9: KV, 10: 'scalar', 11: EVENT, 12: 'scalar', 13: LINK, 14: 'scalar', 15: STATUS, 16: 'scalar' };
+const SCOPE: Schema = { 1: 'string', 2: 'string', 3: KV, 4: 'scalar' };
+const REQUEST: Schema = { 1: { 1: { 1: KV, 2: 'scalar' }, 2: { 1: SCOPE, 2: SPAN, 3: 'string' }, 3: 'string' } };
+
+type Tree = { [no: string]: Array<string | Tree> };
+
+function decode(buf: Buffer, schema: Schema): Tree {
+  const out: Tree = {};
+  for (const f of fields(buf)) {
+    const kind = schema[f.no];
+    assert.ok(kind !== undefined, `field ${f.no} is not in the .proto`);
+    let v: string | Tree;
+    if (kind === 'scalar') {
+      if (f.int === 0n) continue;
+      v = f.int.toString();
+    } else if (kind === 'string') {
+      if (f.bytes.length === 0) continue;
+      v = f.bytes.toString('utf8');
+    } else if (kind === 'bytes') {
+      if (f.bytes.length === 0) continue;
+      v = f.bytes.toString('hex');
+    } else {
+      v = decode(f.bytes, kind);
+      if (Object.keys(v).length === 0) continue;
+    }
+    (out[f.no] ??= []).push(v);
+  }
+  return out;
+}
+
+describe('OTLP encoding: the recorder against OpenTelemetry’s serializers', () => {
+  test('protobuf: the same ExportTraceServiceRequest, field by field', () => {
+    const ours = Buffer.from(write(new ProtobufSpans(envelope, clock, 256), cases()));
+    const theirs = Buffer.from(ProtobufTraceSerializer.serializeRequest(readable(cases()) as never)!);
+    const a = decode(ours, REQUEST);
+    const b = decode(theirs, REQUEST);
+    assert.deepEqual(a, b);
+    // What the comparison covers: four spans, one over 16 KiB, a link, two error statuses.
+    const spans = ((a[1]![0] as Tree)[2]![0] as Tree)[2]!;
+    assert.equal(spans.length, 4);
+    assert.ok(ours.length > 16_384 + 1000, `the request holds the 16 KiB span (${ours.length} bytes)`);
+  });
+
+  test('protobuf: a second batch from the same encoder starts afresh', () => {
+    const enc = new ProtobufSpans(envelope, clock, 64);
+    write(enc, cases());
+    const second = Buffer.from(write(enc, cases().slice(1, 2)));
+    const theirs = Buffer.from(ProtobufTraceSerializer.serializeRequest(readable(cases().slice(1, 2)) as never)!);
+    assert.deepEqual(decode(second, REQUEST), decode(theirs, REQUEST));
+  });
+
+  test('JSON: the same request in the OTLP JSON mapping', () => {
+    const ours = JSON.parse(Buffer.from(write(new JsonSpans(envelope, clock), cases())).toString()) as unknown;
+    const theirs = JSON.parse(Buffer.from(JsonTraceSerializer.serializeRequest(readable(cases()) as never)!).toString()) as unknown;
+    assert.deepEqual(normalise(ours), normalise(theirs));
+  });
+});
+
+/** The JSON mapping's equivalent spellings made one: 64-bit integers as strings or numbers, defaults present or left out. */
+function normalise(v: unknown): unknown {
+  if (Array.isArray(v)) {
+    const items = v.map(normalise).filter((x) => x !== undefined);
+    return items.length === 0 ? undefined : items;
+  }
+  if (v !== null && typeof v === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [k, x] of Object.entries(v)) {
+      const n = normalise(x);
+      if (n !== undefined) out[k] = n;
+    }
+    return Object.keys(out).length === 0 ? undefined : out;
+  }
+  if (v === 0 || v === '' || v === '0' || v === false) return undefined;
+  if (typeof v === 'number' && Number.isInteger(v)) return String(v);
+  return v;
+}
