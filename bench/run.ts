@@ -10,7 +10,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Children, type ServerHandle } from './lib/children.js';
 import { claimDatabases, measureClaim, type ClaimResult } from './lib/claim.js';
-import { failedPair, measurePair, type PairResult, type PairSide } from './lib/pair.js';
+import { failedPair, measurePair, type PairResult, type PairShape, type PairSide } from './lib/pair.js';
 import { isEntry } from './lib/cli-args.js';
 import type { BenchContext } from './lib/context.js';
 import { loadRunner } from './lib/load-runner.js';
@@ -23,8 +23,8 @@ import { makePlan } from './lib/plan.js';
 import { readMemory, type MemoryFigures } from './lib/proc.js';
 import { renderReport } from './lib/report.js';
 import { measureRssPair, rssValid, type RssMeasure } from './lib/rss.js';
-import { ALIASES, allNames } from './lib/scenarios.js';
-import { bringUp, otherDatabase, type Fleet } from './lib/servers-up.js';
+import { ALIASES, allNames, REPLAY_KEYS } from './lib/scenarios.js';
+import { bringUp, otherDatabase, tracedEnv, type Fleet } from './lib/servers-up.js';
 import { startServices, type Services } from './lib/services.js';
 import { LOAD_CPU, startBaseline, startProxy, startUpstream } from './lib/servers.js';
 import { summarize, type RunRecord } from './lib/summary.js';
@@ -99,6 +99,7 @@ async function main(): Promise<number> {
   let rss: RssMeasure[] = [];
   let claim: ClaimResult | null = null;
   let pair: PairResult | null = null;
+  let tracePairs: PairResult[] = [];
   let fleet: Fleet | null = null;
   const settings = await durabilitySettings(opts.adminUrl).catch(() => null);
   try {
@@ -111,6 +112,7 @@ async function main(): Promise<number> {
     const upstream = fleet.servers.get('upstream')!;
     runs.push(...(await runRepetitions(ctx, plan, fleet.servers, `${upstream.url}/__stats`)));
     if (plan.pair && !interrupted) pair = await runPair(ctx, fleet.databaseUrl);
+    if (plan.tracePair && !interrupted) tracePairs = await runTracePairs(ctx, fleet.databaseUrl);
     for (const [id, s] of fleet.servers) memory[id] = readMemory(s.pid);
     for (const [id, s] of fleet.servers) if (id !== 'upstream') await s.stop();
     if (plan.rss && !interrupted) {
@@ -127,13 +129,13 @@ async function main(): Promise<number> {
   const facts: RunFacts = { started, command: commandLine(argv), loadAtStart, settings, services: services.description, commitProbe: fleet.commitProbe };
   const rows = plan.scenarios.map((s) => summarize(s, runs));
   const skipped = [...fleet.unavailable].map(([id, why]) => `${id}: ${why.split('\n').slice(0, 6).join(' | ')}`);
-  process.stdout.write(`\n${renderReport({ header: headerText(ctx, facts), rows, skipped, memory, rss, claim, pair })}`);
-  const file = writeResults(ctx, facts, { unavailable: Object.fromEntries(fleet.unavailable), summary: rows, runs, memoryAfterLoad: memory, rss, claim, pair });
+  process.stdout.write(`\n${renderReport({ header: headerText(ctx, facts), rows, skipped, memory, rss, claim, pair, tracePairs })}`);
+  const file = writeResults(ctx, facts, { unavailable: Object.fromEntries(fleet.unavailable), summary: rows, runs, memoryAfterLoad: memory, rss, claim, pair, tracePairs });
   log(`raw results: ${file}`);
   if (process.env['BENCH_KEEP_LOGS'] === '1') log(`server logs kept in ${tmp}`);
   else rmSync(tmp, { recursive: true, force: true });
 
-  const failed = runs.some((r) => r.error !== null) || rss.some((m) => m.error !== null || !rssValid(m)) || (claim?.sizes.some((s) => s.error !== null) ?? false) || (pair?.rounds.some((r) => r.error !== null) ?? false);
+  const failed = runs.some((r) => r.error !== null) || rss.some((m) => m.error !== null || !rssValid(m)) || (claim?.sizes.some((s) => s.error !== null) ?? false) || (pair?.rounds.some((r) => r.error !== null) ?? false) || tracePairs.some((p) => p.rounds.some((r) => r.error !== null));
   return failed ? 1 : 0;
 }
 
@@ -165,6 +167,49 @@ async function runPair(ctx: BenchContext, databaseUrl: string | null): Promise<P
       return failedPair(error);
     }
     return await measurePair(ctx, ...sides);
+  } finally {
+    for (const s of started.reverse()) await s.stop();
+  }
+}
+
+/** Tracing off against on (lib/pair.ts): a new key per request, then replays of keys each side recorded. */
+const TRACE_PAIRS: readonly PairShape[] = [
+  { id: 'trace-pair-newkey', labels: ['tracing off', 'tracing on'], paths: ['/bench/newkey', '/bench/newkey'], keys: { kind: 'unique' },
+    title: 'Tracing side by side, new key per request (PostgreSQL): the same proxy with tracing off and on (every request sampled, OTLP/protobuf to a sink)' },
+  { id: 'trace-pair-replay', labels: ['tracing off', 'tracing on'], paths: ['/bench/replay', '/bench/replay'], keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
+    title: 'Tracing side by side, replay from PostgreSQL: the same proxy with tracing off and on (every request sampled, OTLP/protobuf to a sink)' },
+];
+
+/**
+ * The tracing pairs: two proxies on the run's database, one with tracing off and one exporting every
+ * request's spans to a sink of its own, each in front of an upstream of its own, started for the pairs
+ * and stopped after them. The sink's CPU is counted with the traced side's upstream.
+ */
+async function runTracePairs(ctx: BenchContext, databaseUrl: string | null): Promise<PairResult[]> {
+  if (databaseUrl === null) return TRACE_PAIRS.map((s) => failedPair('no database for the tracing pair', s));
+  const started: ServerHandle[] = [];
+  const start = async (p: Promise<ServerHandle>): Promise<ServerHandle> => {
+    const h = await p;
+    started.push(h);
+    return h;
+  };
+  try {
+    let sides: [PairSide, PairSide];
+    try {
+      const forOff = await start(startUpstream(ctx, 'upstream-trace-off'));
+      const forOn = await start(startUpstream(ctx, 'upstream-trace-on'));
+      const sink = await start(startUpstream(ctx, 'otlp-sink-pair'));
+      const off = await start(startProxy(ctx, { name: 'proxy-trace-off', upstream: forOff.url, databaseUrl, redisUrl: null }));
+      const on = await start(startProxy(ctx, { name: 'proxy-trace-on', upstream: forOn.url, databaseUrl, redisUrl: null, env: tracedEnv(sink.url) }));
+      sides = [{ server: off, upstream: forOff }, { server: on, upstream: forOn, others: [sink] }];
+    } catch (err) {
+      const error = `the tracing pair's servers did not start: ${err instanceof Error ? err.message : String(err)}`;
+      ctx.log(error);
+      return TRACE_PAIRS.map((s) => failedPair(error, s));
+    }
+    const out: PairResult[] = [];
+    for (const shape of TRACE_PAIRS) if (!ctx.interrupted()) out.push(await measurePair(ctx, ...sides, shape));
+    return out;
   } finally {
     for (const s of started.reverse()) await s.stop();
   }

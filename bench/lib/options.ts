@@ -21,6 +21,8 @@ export interface RunOptions {
   readonly dbName: string;
   readonly keepDb: boolean;
   readonly table: string | null;
+  /** BENCH_PROXY_PROFILE: a folder; each proxy runs with --cpu-prof into <folder>/<its name> (profiles are written when it stops). */
+  readonly proxyProfileDir: string | null;
   readonly rssSockets: number;
   readonly listOnly: boolean;
   readonly load: LoadGenerator; // BENCH_LOAD, else wrk when on PATH, else autocannon
@@ -98,6 +100,7 @@ export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv)
     dbName,
     keepDb: env['BENCH_KEEP_DB'] === '1',
     table: env['BENCH_TABLE'] ?? null,
+    proxyProfileDir: env['BENCH_PROXY_PROFILE'] ? resolve(env['BENCH_PROXY_PROFILE']) : null,
     rssSockets: Math.round(int(env, 'BENCH_RSS_SOCKETS', 1000, 1, 5000)),
     listOnly: argv.includes('--list'),
     load: load.generator,

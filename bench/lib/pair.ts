@@ -24,7 +24,7 @@ import { REQUEST_BODY, type BenchContext } from './context.js';
 import { CLOCK_TICKS_PER_S, readCpuTicks } from './proc.js';
 import { BASELINE, SCENARIOS } from './scenarios.js';
 import { median } from './summary.js';
-import type { CannonResult, CannonSpec } from './types.js';
+import type { CannonResult, CannonSpec, KeyPlan } from './types.js';
 
 export const PAIR_CONNECTIONS = 25;
 /** Seconds into the measured run before the CPU window opens, and before its end that it closes. */
@@ -48,9 +48,22 @@ export interface PairRound {
 export interface PairSide {
   readonly server: ServerHandle;
   readonly upstream: ServerHandle;
+  /** Other processes that work for this side alone (the traced proxy's span sink): counted with its upstream. */
+  readonly others?: readonly ServerHandle[];
+}
+
+/** What the two sides are sent: the pass-through pair, or the tracing pairs (tracing off against on). */
+export interface PairShape {
+  readonly id: string;
+  /** What each side is, for the report: [first, second]; ratios are second over first. */
+  readonly labels: readonly [string, string];
+  readonly paths: readonly [string, string];
+  readonly keys: KeyPlan;
+  readonly title: string;
 }
 
 export interface PairResult {
+  readonly shape: Omit<PairShape, 'keys'>;
   readonly connections: number;
   readonly rounds: readonly PairRound[];
   readonly ratio: number | null; // median of the rounds' rate ratios
@@ -59,6 +72,14 @@ export interface PairResult {
 }
 
 const PASS = SCENARIOS.find((s) => s.id === 'pass')!;
+
+export const PASS_PAIR: PairShape = {
+  id: 'pair',
+  labels: ['baseline', 'proxy pass-through'],
+  paths: [BASELINE.path, PASS.path],
+  keys: { kind: 'unique' },
+  title: "Pass-through side by side: the baseline and the proxy's pass-through route",
+};
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const round3 = (x: number): number => Number(x.toFixed(3));
 
@@ -73,11 +94,13 @@ function readAll(pids: readonly number[]): number[] | null {
   return out;
 }
 
-export async function measurePair(ctx: BenchContext, baselineSide: PairSide, proxySide: PairSide): Promise<PairResult> {
+export async function measurePair(ctx: BenchContext, baselineSide: PairSide, proxySide: PairSide, shape: PairShape = PASS_PAIR): Promise<PairResult> {
   const baseline = baselineSide.server;
   const proxy = proxySide.server;
-  // baseline, proxy, the baseline's upstream, the proxy's upstream
-  const pids = [baseline.pid, proxy.pid, baselineSide.upstream.pid, proxySide.upstream.pid];
+  // baseline, proxy, the baseline's upstream, the proxy's upstream; then the others of each side
+  const othersA = (baselineSide.others ?? []).map((o) => o.pid);
+  const othersB = (proxySide.others ?? []).map((o) => o.pid);
+  const pids = [baseline.pid, proxy.pid, baselineSide.upstream.pid, proxySide.upstream.pid, ...othersA, ...othersB];
   const rounds: PairRound[] = [];
   const { durationS, warmupS, primeS, reps } = ctx.opts;
   // Round 0 primes both (BENCH_PRIME seconds, not counted), as the repetitions do.
@@ -90,14 +113,15 @@ export async function measurePair(ctx: BenchContext, baselineSide: PairSide, pro
       connections: PAIR_CONNECTIONS,
       durationS: priming ? primeS : durationS,
       warmupS: priming ? 0 : warmupS,
-      keys: { kind: 'unique' },
-      keyPrefix: `${ctx.runId}-pair-${id}-r${round}`,
+      keys: shape.keys,
+      // Fixed keys (replays) are each side's own, warmed through it: the same keys in every round.
+      keyPrefix: shape.keys.kind === 'fixed' ? `${ctx.runId}-${shape.id}-${id}` : `${ctx.runId}-${shape.id}-${id}-r${round}`,
       body: REQUEST_BODY,
       statsUrl: null, // the rates come from the load generators
     });
     const both = Promise.allSettled([
-      ctx.load.cannon(spec(baseline.url, BASELINE.path, 'baseline')),
-      ctx.load.cannon(spec(proxy.url, PASS.path, 'pass')),
+      ctx.load.cannon(spec(baseline.url, shape.paths[0], 'a')),
+      ctx.load.cannon(spec(proxy.url, shape.paths[1], 'b')),
     ]);
     // CPU over the middle of the measured run: read all four at the same instants.
     const windowS = durationS - 2 * CPU_MARGIN_S;
@@ -122,29 +146,37 @@ export async function measurePair(ctx: BenchContext, baselineSide: PairSide, pro
     const ratio = ok ? round3(pass.rps / base.rps) : null;
     // µs of CPU per request over the window: [baseline, proxy, baseline's upstream, proxy's upstream]
     // Each upstream serves its own side only: its requests are its server's.
-    const rates = ok ? [base.rps, pass.rps, base.rps, pass.rps] : null;
+    const rates = ok ? [base.rps, pass.rps, base.rps, pass.rps, ...othersA.map(() => base.rps), ...othersB.map(() => pass.rps)] : null;
     const us = rates !== null && ticks !== null ? ticks.d.map((t, i) => ((t / CLOCK_TICKS_PER_S) * 1e6) / (rates[i]! * ticks!.s)) : null;
     const cpu = (i: number): number | null => (us === null ? null : Math.round(us[i]!));
     const baselineCpuUs = cpu(0);
     const proxyCpuUs = cpu(1);
+    // Each side's upstream and its others together: what else the side makes the shared core do per request.
+    const sum = (from: number, n: number): number => us!.slice(from, from + n).reduce((a, b) => a + b, 0);
+    if (us !== null) {
+      us[2] = us[2]! + sum(4, othersA.length);
+      us[3] = us[3]! + sum(4 + othersA.length, othersB.length);
+    }
     const baselineUpstreamCpuUs = cpu(2);
     const proxyUpstreamCpuUs = cpu(3);
     const cpuRatio = us !== null && us[0]! > 0 ? round3(us[1]! / us[0]!) : null;
     const totalCpuRatio = us !== null && us[0]! + us[2]! > 0 ? round3((us[1]! + us[3]!) / (us[0]! + us[2]!)) : null;
     if (!priming) rounds.push({ round, baseline: base, proxy: pass, ratio, baselineCpuUs, proxyCpuUs, cpuRatio, baselineUpstreamCpuUs, proxyUpstreamCpuUs, totalCpuRatio, error });
-    const label = priming ? 'priming pair' : `pair ${round}/${reps}`;
+    const label = priming ? `priming ${shape.id}` : `${shape.id} ${round}/${reps}`;
     const cpuText = cpuRatio === null ? '' : `; CPU per request ${baselineCpuUs} / ${proxyCpuUs} µs, ${cpuRatio}×; with their upstreams ${totalCpuRatio}×`;
-    ctx.log(`${label}: baseline ${base?.rps ?? '—'} req/s, proxy pass-through ${pass?.rps ?? '—'} req/s${ratio === null ? '' : `, ${ratio}×`}${cpuText}${error === null ? '' : ` — ${error}`}${priming ? ' (not counted)' : ''}`);
+    ctx.log(`${label}: ${shape.labels[0]} ${base?.rps ?? '—'} req/s, ${shape.labels[1]} ${pass?.rps ?? '—'} req/s${ratio === null ? '' : `, ${ratio}×`}${cpuText}${error === null ? '' : ` — ${error}`}${priming ? ' (not counted)' : ''}`);
   }
   const med = (xs: (number | null)[]): number | null => {
     const m = median(xs.filter((x): x is number => x !== null));
     return m === null ? null : round3(m);
   };
-  return { connections: PAIR_CONNECTIONS, rounds, ratio: med(rounds.map((r) => r.ratio)), cpuRatio: med(rounds.map((r) => r.cpuRatio)), totalCpuRatio: med(rounds.map((r) => r.totalCpuRatio)) };
+  const { keys: _keys, ...described } = shape;
+  return { shape: described, connections: PAIR_CONNECTIONS, rounds, ratio: med(rounds.map((r) => r.ratio)), cpuRatio: med(rounds.map((r) => r.cpuRatio)), totalCpuRatio: med(rounds.map((r) => r.totalCpuRatio)) };
 }
 
 /** The pair's result when it could not run at all: one round carrying the reason. */
-export function failedPair(error: string): PairResult {
+export function failedPair(error: string, shape: PairShape = PASS_PAIR): PairResult {
   const none = { baseline: null, proxy: null, ratio: null, baselineCpuUs: null, proxyCpuUs: null, cpuRatio: null, baselineUpstreamCpuUs: null, proxyUpstreamCpuUs: null, totalCpuRatio: null };
-  return { connections: PAIR_CONNECTIONS, rounds: [{ round: 1, ...none, error }], ratio: null, cpuRatio: null, totalCpuRatio: null };
+  const { keys: _keys, ...described } = shape;
+  return { shape: described, connections: PAIR_CONNECTIONS, rounds: [{ round: 1, ...none, error }], ratio: null, cpuRatio: null, totalCpuRatio: null };
 }

@@ -61,7 +61,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
   let databaseUrl: string | null = null;
   let dbError: string | null = null;
   let commitProbe: Fleet['commitProbe'] = null;
-  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-pg-tls') || plan.servers.has('proxy-pg-other') || plan.servers.has('proxy-pg-traced') || plan.servers.has('proxy-redis') || plan.rss || plan.pair) {
+  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-pg-tls') || plan.servers.has('proxy-pg-other') || plan.servers.has('proxy-pg-traced') || plan.servers.has('proxy-redis') || plan.rss || plan.pair || plan.tracePair) {
     try {
       databaseUrl = await recreateDatabase(ctx.opts.adminUrl, ctx.opts.dbName);
       ctx.log(`database ${ctx.opts.dbName} created fresh`);
@@ -86,15 +86,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
   if (plan.servers.has('proxy-pg-traced')) {
     const sink = await startUpstream(ctx, 'otlp-sink');
     servers.set('otlp-sink', sink);
-    otel = {
-      OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_SERVICE_NAME: 'idempotency-proxy-bench',
-      // Every request sampled unless BENCH_OTEL_SAMPLER / BENCH_OTEL_SAMPLER_ARG say otherwise (e.g. traceidratio, 0.1).
-      OTEL_TRACES_SAMPLER: process.env.BENCH_OTEL_SAMPLER ?? 'always_on', OTEL_TRACES_SAMPLER_ARG: process.env.BENCH_OTEL_SAMPLER_ARG ?? '',
-      // The proxy's own batches and encoding (512 spans, OTLP/protobuf), with a queue large enough that no span is
-      // dropped at the benchmark's rate (a dropped span would cost nothing). BENCH_OTEL_PROTOCOL=http/json: the JSON encoding.
-      OTEL_BSP_MAX_QUEUE_SIZE: '200000',
-      ...(process.env.BENCH_OTEL_PROTOCOL === undefined ? {} : { OTEL_EXPORTER_OTLP_PROTOCOL: process.env.BENCH_OTEL_PROTOCOL }),
-    };
+    otel = tracedEnv(sink.url);
     ctx.log(`otlp sink ${sink.url} (pid ${sink.pid})`);
   }
   const proxies: [ServerId, string | null, string | null][] = [
@@ -130,4 +122,20 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
     }
   }
   return { servers, unavailable, databaseUrl, commitProbe };
+}
+
+/**
+ * The traced proxy's environment: spans to `sinkUrl` (the benchmark's upstream program, which answers 200 to
+ * any POST), every request sampled unless BENCH_OTEL_SAMPLER / BENCH_OTEL_SAMPLER_ARG say otherwise (e.g.
+ * parentbased_traceidratio, 0.1), the proxy's own batches and encoding (512 spans, OTLP/protobuf) with a queue
+ * large enough that no span is dropped at the benchmark's rate (a dropped span would cost nothing).
+ * BENCH_OTEL_PROTOCOL=http/json: the JSON encoding.
+ */
+export function tracedEnv(sinkUrl: string): NodeJS.ProcessEnv {
+  return {
+    OTEL_EXPORTER_OTLP_ENDPOINT: sinkUrl, OTEL_SERVICE_NAME: 'idempotency-proxy-bench',
+    OTEL_TRACES_SAMPLER: process.env.BENCH_OTEL_SAMPLER ?? 'always_on', OTEL_TRACES_SAMPLER_ARG: process.env.BENCH_OTEL_SAMPLER_ARG ?? '',
+    OTEL_BSP_MAX_QUEUE_SIZE: '200000',
+    ...(process.env.BENCH_OTEL_PROTOCOL === undefined ? {} : { OTEL_EXPORTER_OTLP_PROTOCOL: process.env.BENCH_OTEL_PROTOCOL }),
+  };
 }

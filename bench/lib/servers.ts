@@ -91,6 +91,10 @@ function tlsConfig(ctx: BenchContext, cert: BenchCertificate): string {
   return file;
 }
 
+/** BENCH_PROXY_PROFILE: a CPU profile of each proxy, written when the run stops it. */
+const profileFlags = (ctx: BenchContext, name: string): string[] =>
+  ctx.opts.proxyProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${join(ctx.opts.proxyProfileDir, name)}`];
+
 export function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHandle> {
   const config = p.tls !== undefined ? tlsConfig(ctx, p.tls) : join(p.root ?? ctx.projectRoot, 'bench', p.databaseUrl === null ? 'proxy-embedded.yaml' : 'proxy.yaml');
   const main = p.root === undefined ? join(ctx.distRoot, 'src', 'main.js') : join(p.root, 'dist', 'src', 'main.js');
@@ -104,7 +108,7 @@ export function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHa
   return ctx.children.start({
     name: p.name,
     // As the Docker image's ENTRYPOINT starts it: node NODE_FLAGS dist/src/main.js.
-    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, ...NODE_FLAGS, main, ...args],
+    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, ...NODE_FLAGS, ...profileFlags(ctx, p.name), main, ...args],
     logFile: join(ctx.tmp, `${p.name}.log`),
     env,
     cwd: ctx.projectRoot,
