@@ -20,6 +20,8 @@ export interface SpanEncoder {
   close(): void;
   /** The export request of every span written since the last take(), ready to send; the encoder starts afresh. */
   take(): Uint8Array;
+  /** A request take() returned, sent and done with: its memory may be written into again. */
+  recycle(body: Uint8Array): void;
 }
 
 /** The resource and instrumentation scope every request carries. */

@@ -71,6 +71,10 @@ export class JsonSpans implements SpanEncoder {
     this.spans.push(`${this.text},"attributes":[${this.attrs}]${this.tail}}`);
   }
 
+  recycle(): void {
+    // A JSON request is a string made into bytes: nothing to reuse.
+  }
+
   take(): Uint8Array {
     const body = Buffer.from(this.before + this.spans.join(',') + this.after);
     this.spans = [];

@@ -67,8 +67,8 @@ class Wire {
   buf: Buffer;
   pos: number;
 
-  constructor(size: number, start = 0) {
-    this.buf = Buffer.allocUnsafe(size);
+  constructor(size: number, start = 0, buf: Buffer = Buffer.allocUnsafe(size)) {
+    this.buf = buf;
     this.pos = start;
   }
 
@@ -237,6 +237,8 @@ export class ProtobufSpans implements SpanEncoder {
   private readonly head: number;
   private wire: Wire;
   private spanAt = 0;
+  /** Buffers of sent requests, written into again: no new external memory per batch (its growth drives full collections). */
+  private readonly spares: Buffer[] = [];
 
   constructor(envelope: Envelope, private readonly clock = new Clock(), private readonly size = 1 << 17) {
     ({ resource: this.resource, scope: this.scope } = encodeEnvelope(envelope, this.keys));
@@ -364,9 +366,14 @@ export class ProtobufSpans implements SpanEncoder {
     p -= varintLength(resourceSpans) + 1;
     writeField(w.buf, p, REQUEST_RESOURCE_SPANS, resourceSpans);
     const out = w.buf.subarray(p, w.pos);
-    this.wire = new Wire(this.size, this.head);
+    this.wire = new Wire(this.size, this.head, this.spares.pop());
     this.count = 0;
     return out;
+  }
+
+  recycle(body: Uint8Array): void {
+    const ab = body.buffer as ArrayBuffer;
+    if (this.spares.length < 4 && ab.byteLength >= this.size) this.spares.push(Buffer.from(ab, 0, ab.byteLength));
   }
 }
 

@@ -89,7 +89,10 @@ export class Recorder implements SpanSink {
       const { body, spans } = this.waiting.shift()!;
       this.sending += 1;
       this.exporter.send(body, spans).then(
-        () => this.sent(spans),
+        () => {
+          this.encoder.recycle(body);
+          this.sent(spans);
+        },
         (err: unknown) => {
           this.opts.onLoss(spans, `the export failed: ${(err as Error)?.message ?? String(err)}`);
           this.sent(spans);

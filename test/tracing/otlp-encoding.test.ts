@@ -160,10 +160,15 @@ describe('OTLP encoding: the recorder against OpenTelemetry’s serializers', ()
     assert.ok(ours.length > 16_384 + 1000, `the request holds the 16 KiB span (${ours.length} bytes)`);
   });
 
-  test('protobuf: a second batch from the same encoder starts afresh', () => {
+  test('protobuf: a later batch from the same encoder, in the memory of a sent one, starts afresh', () => {
     const enc = new ProtobufSpans(envelope, clock, 64);
-    write(enc, cases());
+    const first = write(enc, cases());
+    write(enc, cases().slice(0, 1));
+    enc.recycle(first); // sent: the next batch after the one being written goes into its memory
     const second = Buffer.from(write(enc, cases().slice(1, 2)));
+    const third = write(enc, cases().slice(1, 2));
+    assert.equal(third.buffer, first.buffer, 'written into the recycled memory');
+    assert.deepEqual(decode(Buffer.from(third), REQUEST), decode(second, REQUEST));
     const theirs = Buffer.from(ProtobufTraceSerializer.serializeRequest(readable(cases().slice(1, 2)) as never)!);
     assert.deepEqual(decode(second, REQUEST), decode(theirs, REQUEST));
   });
