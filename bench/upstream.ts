@@ -11,6 +11,8 @@ import type { AddressInfo } from 'node:net';
 import { isEntry, parseServerArgs } from './lib/cli-args.js';
 
 export const STATS_PATH = '/__stats';
+/** OTLP exports (the traced proxy's span sink): answered as a collector does, 200 with an empty response in the request's encoding. */
+export const OTLP_TRACES_PATH = '/v1/traces';
 /** POSTs under this path answer 201 with a Location (the `reference` route of bench/proxy.yaml). */
 export const REFERENCE_PATH = '/bench/reference/';
 
@@ -26,6 +28,15 @@ export function createUpstream(): Upstream {
       const body = `{"n":${n}}`;
       res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
       res.end(body);
+      return;
+    }
+    if (req.url === OTLP_TRACES_PATH) {
+      const json = (req.headers['content-type'] ?? '').startsWith('application/json');
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': json ? 'application/json' : 'application/x-protobuf', 'content-length': json ? 2 : 0 });
+        res.end(json ? '{}' : undefined);
+      });
+      req.resume();
       return;
     }
     n += 1;
