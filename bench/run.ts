@@ -139,6 +139,35 @@ async function main(): Promise<number> {
   return failed ? 1 : 0;
 }
 
+type Start = (s: Promise<ServerHandle>) => Promise<ServerHandle>;
+
+/**
+ * Servers started for side-by-side pairs, measured, then stopped (all of them, also when one failed to start):
+ * `sides` starts the two sides through `start`; a failure to start gives `failed(reason)`.
+ */
+async function withSides<T>(ctx: BenchContext, what: string, sides: (start: Start) => Promise<[PairSide, PairSide]>,
+  measure: (a: PairSide, b: PairSide) => Promise<T>, failed: (error: string) => T): Promise<T> {
+  const started: ServerHandle[] = [];
+  const start: Start = async (s) => {
+    const h = await s;
+    started.push(h);
+    return h;
+  };
+  try {
+    let pair: [PairSide, PairSide];
+    try {
+      pair = await sides(start);
+    } catch (err) {
+      const error = `${what}'s servers did not start: ${err instanceof Error ? err.message : String(err)}`;
+      ctx.log(error);
+      return failed(error);
+    }
+    return await measure(...pair);
+  } finally {
+    for (const s of started.reverse()) await s.stop();
+  }
+}
+
 /**
  * The side-by-side pair (lib/pair.ts): a baseline and a proxy started for it,
  * each in front of an upstream of its own, so that both sides have the same
@@ -147,29 +176,13 @@ async function main(): Promise<number> {
  */
 async function runPair(ctx: BenchContext, databaseUrl: string | null): Promise<PairResult> {
   if (databaseUrl === null) return failedPair('no database for the pair\'s proxy');
-  const started: ServerHandle[] = [];
-  const start = async (s: Promise<ServerHandle>): Promise<ServerHandle> => {
-    const h = await s;
-    started.push(h);
-    return h;
-  };
-  try {
-    let sides: [PairSide, PairSide];
-    try {
-      const forBaseline = await start(startUpstream(ctx, 'upstream-pair-baseline'));
-      const forProxy = await start(startUpstream(ctx, 'upstream-pair-proxy'));
-      const baseline = await start(startBaseline(ctx, forBaseline.url, 'baseline-pair'));
-      const proxy = await start(startProxy(ctx, { name: 'proxy-pair', upstream: forProxy.url, databaseUrl, redisUrl: null }));
-      sides = [{ server: baseline, upstream: forBaseline }, { server: proxy, upstream: forProxy }];
-    } catch (err) {
-      const error = `the pair's servers did not start: ${err instanceof Error ? err.message : String(err)}`;
-      ctx.log(error);
-      return failedPair(error);
-    }
-    return await measurePair(ctx, ...sides);
-  } finally {
-    for (const s of started.reverse()) await s.stop();
-  }
+  return withSides(ctx, 'the pair', async (start) => {
+    const forBaseline = await start(startUpstream(ctx, 'upstream-pair-baseline'));
+    const forProxy = await start(startUpstream(ctx, 'upstream-pair-proxy'));
+    const baseline = await start(startBaseline(ctx, forBaseline.url, 'baseline-pair'));
+    const proxy = await start(startProxy(ctx, { name: 'proxy-pair', upstream: forProxy.url, databaseUrl, redisUrl: null }));
+    return [{ server: baseline, upstream: forBaseline }, { server: proxy, upstream: forProxy }];
+  }, (a, b) => measurePair(ctx, a, b), (error) => failedPair(error));
 }
 
 /** Tracing off against on (lib/pair.ts): a new key per request, then replays of keys each side recorded. */
@@ -187,32 +200,18 @@ const TRACE_PAIRS: readonly PairShape[] = [
  */
 async function runTracePairs(ctx: BenchContext, databaseUrl: string | null): Promise<PairResult[]> {
   if (databaseUrl === null) return TRACE_PAIRS.map((s) => failedPair('no database for the tracing pair', s));
-  const started: ServerHandle[] = [];
-  const start = async (p: Promise<ServerHandle>): Promise<ServerHandle> => {
-    const h = await p;
-    started.push(h);
-    return h;
-  };
-  try {
-    let sides: [PairSide, PairSide];
-    try {
-      const forOff = await start(startUpstream(ctx, 'upstream-trace-off'));
-      const forOn = await start(startUpstream(ctx, 'upstream-trace-on'));
-      const sink = await start(startUpstream(ctx, 'otlp-sink-pair'));
-      const off = await start(startProxy(ctx, { name: 'proxy-trace-off', upstream: forOff.url, databaseUrl, redisUrl: null }));
-      const on = await start(startProxy(ctx, { name: 'proxy-trace-on', upstream: forOn.url, databaseUrl, redisUrl: null, env: tracedEnv(sink.url) }));
-      sides = [{ server: off, upstream: forOff }, { server: on, upstream: forOn, others: [sink] }];
-    } catch (err) {
-      const error = `the tracing pair's servers did not start: ${err instanceof Error ? err.message : String(err)}`;
-      ctx.log(error);
-      return TRACE_PAIRS.map((s) => failedPair(error, s));
-    }
+  return withSides(ctx, 'the tracing pair', async (start) => {
+    const forOff = await start(startUpstream(ctx, 'upstream-trace-off'));
+    const forOn = await start(startUpstream(ctx, 'upstream-trace-on'));
+    const sink = await start(startUpstream(ctx, 'otlp-sink-pair'));
+    const off = await start(startProxy(ctx, { name: 'proxy-trace-off', upstream: forOff.url, databaseUrl, redisUrl: null }));
+    const on = await start(startProxy(ctx, { name: 'proxy-trace-on', upstream: forOn.url, databaseUrl, redisUrl: null, env: tracedEnv(sink.url) }));
+    return [{ server: off, upstream: forOff }, { server: on, upstream: forOn, others: [sink] }];
+  }, async (a, b) => {
     const out: PairResult[] = [];
-    for (const shape of TRACE_PAIRS) if (!ctx.interrupted()) out.push(await measurePair(ctx, ...sides, shape));
+    for (const shape of TRACE_PAIRS) if (!ctx.interrupted()) out.push(await measurePair(ctx, a, b, shape));
     return out;
-  } finally {
-    for (const s of started.reverse()) await s.stop();
-  }
+  }, (error) => TRACE_PAIRS.map((s) => failedPair(error, s)));
 }
 
 if (isEntry(import.meta.url)) {

@@ -170,13 +170,14 @@ export async function measurePair(ctx: BenchContext, baselineSide: PairSide, pro
     const m = median(xs.filter((x): x is number => x !== null));
     return m === null ? null : round3(m);
   };
-  const { keys: _keys, ...described } = shape;
-  return { shape: described, connections: PAIR_CONNECTIONS, rounds, ratio: med(rounds.map((r) => r.ratio)), cpuRatio: med(rounds.map((r) => r.cpuRatio)), totalCpuRatio: med(rounds.map((r) => r.totalCpuRatio)) };
+  return { shape: described(shape), connections: PAIR_CONNECTIONS, rounds, ratio: med(rounds.map((r) => r.ratio)), cpuRatio: med(rounds.map((r) => r.cpuRatio)), totalCpuRatio: med(rounds.map((r) => r.totalCpuRatio)) };
 }
+
+/** A shape as the report and the results file describe it (its key plan left out). */
+const described = ({ keys: _keys, ...rest }: PairShape): PairResult['shape'] => rest;
 
 /** The pair's result when it could not run at all: one round carrying the reason. */
 export function failedPair(error: string, shape: PairShape = PASS_PAIR): PairResult {
   const none = { baseline: null, proxy: null, ratio: null, baselineCpuUs: null, proxyCpuUs: null, cpuRatio: null, baselineUpstreamCpuUs: null, proxyUpstreamCpuUs: null, totalCpuRatio: null };
-  const { keys: _keys, ...described } = shape;
-  return { shape: described, connections: PAIR_CONNECTIONS, rounds: [{ round: 1, ...none, error }], ratio: null, cpuRatio: null, totalCpuRatio: null };
+  return { shape: described(shape), connections: PAIR_CONNECTIONS, rounds: [{ round: 1, ...none, error }], ratio: null, cpuRatio: null, totalCpuRatio: null };
 }

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { ROOT_CONTEXT, trace, type TextMapGetter } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPExporterBase } from '@opentelemetry/otlp-exporter-base';
@@ -35,7 +36,10 @@ export interface TracingHooks {
   readonly onLoss: (spans: number, reason: string) => void;
 }
 
-const VERSION = '0.1.0';
+/** The instrumentation scope's version: the proxy's own, from its package.json (dist/src/tracing/ → the root). */
+function proxyVersion(): string {
+  return (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+}
 
 export function startTracing(config: TracingConfig, hooks: TracingHooks, env: NodeJS.ProcessEnv = process.env): StartedTracing {
   const sampler = samplerFrom(config.sampleRatio, env);
@@ -64,7 +68,7 @@ function envelope(config: TracingConfig, env: NodeJS.ProcessEnv): Envelope {
   for (const [k, v] of Object.entries(resource.attributes)) {
     if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') attributes[k] = v;
   }
-  return { resource: attributes, scopeName: 'idempotency-proxy', scopeVersion: VERSION };
+  return { resource: attributes, scopeName: 'idempotency-proxy', scopeVersion: proxyVersion() };
 }
 
 /**

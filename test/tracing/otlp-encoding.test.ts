@@ -173,6 +173,20 @@ describe('OTLP encoding: the recorder against OpenTelemetry’s serializers', ()
     assert.deepEqual(decode(second, REQUEST), decode(theirs, REQUEST));
   });
 
+  test('protobuf: a batch\'s memory is its own, never a slice of Node\'s shared buffer pool, so reusing it clobbers nothing', () => {
+    // A small batch (no growth) in a buffer under Node's pool threshold: had it come from the shared pool,
+    // recycle() would hand the whole 8 KiB pool slab, other Buffers' bytes included, to the next batch.
+    const enc = new ProtobufSpans(envelope, clock, 512);
+    const body = write(enc, cases().slice(2, 3));
+    assert.equal(body.buffer.byteLength, 512, 'the request lies in the encoder\'s own 512-byte buffer');
+    const neighbour = Buffer.from('a pooled neighbour'); // from the shared pool, wherever it is
+    enc.recycle(body);
+    write(enc, cases().slice(2, 3));
+    const reused = write(enc, cases().slice(2, 3));
+    assert.equal(reused.buffer, body.buffer);
+    assert.equal(neighbour.toString(), 'a pooled neighbour');
+  });
+
   test('JSON: the same request in the OTLP JSON mapping', () => {
     const ours = JSON.parse(Buffer.from(write(new JsonSpans(envelope, clock), cases())).toString()) as unknown;
     const theirs = JSON.parse(Buffer.from(JsonTraceSerializer.serializeRequest(readable(cases()) as never)!).toString()) as unknown;
