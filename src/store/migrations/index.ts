@@ -7,6 +7,7 @@ import { probeLease } from './003-probe.js';
 import { claimFunction } from './004-claim-function.js';
 import { claimTenants } from './005-claim-tenants.js';
 import { tenantStatistics } from './006-tenant-statistics.js';
+import { claimProbes } from './007-claim-probes.js';
 
 export interface Migration {
   readonly version: number;
@@ -49,6 +50,7 @@ CREATE INDEX idempotency_keys_expires_at ON idempotency_keys (expires_at);
   claimFunction,
   claimTenants,
   tenantStatistics,
+  claimProbes,
 ];
 
 export const latestVersion = migrations[migrations.length - 1]!.version;

@@ -24,6 +24,19 @@ const SET = (status: string, headers: string, body: string, retained: string, si
 const TTL_LEFT = (row: string): string =>
   `greatest(0, floor(extract(epoch FROM (${row}.expires_at - ${row}.completed_at)) * 1000))::float8`;
 
+/** The batch commits' write of the locked rows still in flight (commitStatement says why an upsert). */
+const UPSERT = (tenant: string): string => `INSERT INTO idempotency_keys AS k
+    (tenant_id, idem_key, fingerprint, state, owner_token, expires_at, completed_at,
+     status_code, response_headers, response_body, body_retained, body_size)
+  SELECT ${tenant}, l.idem_key, l.fingerprint, 'complete', l.owner_token, l.expires_at, now(),
+         l.status_code, l.headers::jsonb, decode(l.body, 'hex'), l.retained, l.size
+    FROM locked l WHERE l.state = 'in_flight' ORDER BY l.ord
+  ON CONFLICT (tenant_id, idem_key) DO UPDATE
+     SET state = 'complete', status_code = EXCLUDED.status_code, response_headers = EXCLUDED.response_headers,
+         response_body = EXCLUDED.response_body, body_retained = EXCLUDED.body_retained,
+         body_size = EXCLUDED.body_size, completed_at = EXCLUDED.completed_at, locked_until = NULL
+   WHERE k.owner_token = EXCLUDED.owner_token AND k.state = 'in_flight'`;
+
 /** The written rows (kept = false), then the locked rows already complete (kept = true). */
 const RESULT = `
 SELECT idem_key, false AS kept, ttl_left_ms FROM written
@@ -33,31 +46,48 @@ SELECT idem_key, true, ${TTL_LEFT('l')} FROM locked l WHERE state = 'complete'`;
 /**
  * A batch of one tenant: $1 tenant, then arrays of keys, tokens, statuses,
  * headers, bodies (hex), retained, sizes, in the order the store sorted them
- * (by key). Rows are locked in that order before the update, the order
- * claims lock them in: concurrent batches never deadlock. Each locked row
- * carries its input along, so the UPDATE joins only this: joined to the input
- * again, the update compared every row with every input row (a nested loop,
- * n² for a batch of n: 16 ms for 128 rows against 7).
+ * (by key).
+ *
+ * Every row is reached by its primary key alone, whatever the planner
+ * believes about the table. A join of the batch with the table leaves the
+ * plan to the statistics, and a plan cached while the table had none (a new
+ * deployment before autovacuum's first ANALYZE with rows) scanned the
+ * tenant's whole range of the primary key for each batch: commits, and new
+ * keys per second with them, slowed down as the table grew (migration 7
+ * says the same of the claim). So:
+ *
+ * - locked: each input row looks its row up in a LATERAL subquery (both key
+ *   columns equal to scalars: a unique probe) and locks it there (FOR UPDATE
+ *   keeps the subquery from being merged into a join). The input is
+ *   walked in its order, so rows are locked in key order, the order claims
+ *   lock them in: concurrent batches never deadlock. Each locked row carries
+ *   its input along.
+ * - written: the locked rows still in flight are written by INSERT … ON
+ *   CONFLICT DO UPDATE, whose conflict check is itself one probe of the
+ *   primary key per row. The row always exists (it is locked by this
+ *   statement), so nothing is inserted: the update is guarded by the owner
+ *   token and the state, as a plain UPDATE would be, and it writes the row's
+ *   latest version (which ON CONFLICT locks and reads whatever the
+ *   statement's snapshot). Its values come through EXCLUDED: no function in
+ *   the SET list (Citus refuses a STABLE one there).
  */
 export const commitStatement: Statement = {
-  name: 'idem_commit_v4',
+  name: 'idem_commit_v5',
   text: `
 WITH i AS (
   SELECT * FROM unnest($2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[])
     WITH ORDINALITY AS i(idem_key, owner_token, status_code, headers, body, retained, size, ord)
 ), locked AS (
-  SELECT e.idem_key, e.state, e.expires_at, e.completed_at,
-         i.owner_token, i.status_code, i.headers, i.body, i.retained, i.size
-    FROM idempotency_keys e JOIN i ON e.idem_key = i.idem_key
-   WHERE e.tenant_id = $1 AND e.owner_token = i.owner_token AND e.state IN ('in_flight', 'complete')
-   ORDER BY i.ord
-     FOR UPDATE OF e
+  SELECT e.idem_key, e.state, e.fingerprint, e.expires_at, e.completed_at,
+         i.owner_token, i.status_code, i.headers, i.body, i.retained, i.size, i.ord
+    FROM i CROSS JOIN LATERAL (
+      SELECT x.idem_key, x.state, x.fingerprint, x.expires_at, x.completed_at
+        FROM idempotency_keys x
+       WHERE x.tenant_id = $1 AND x.idem_key = i.idem_key
+         AND x.owner_token = i.owner_token AND x.state IN ('in_flight', 'complete')
+         FOR UPDATE) e
 ), written AS (
-  UPDATE idempotency_keys AS k
-     SET ${SET('l.status_code', 'l.headers', 'l.body', 'l.retained', 'l.size')}
-    FROM locked l
-   WHERE k.tenant_id = $1 AND k.idem_key = l.idem_key
-     AND k.owner_token = l.owner_token AND l.state = 'in_flight' AND k.state = 'in_flight'
+  ${UPSERT('$1')}
   RETURNING k.idem_key, ${TTL_LEFT('k')} AS ttl_left_ms
 )${RESULT}`,
 };
@@ -66,28 +96,26 @@ WITH i AS (
  * The commit of several tenants' rows in one statement, for a batch that
  * mixes tenants on plain PostgreSQL: $1 tenants, $2 keys, then the arrays of
  * commitStatement, sorted by tenant, then key (the order claims lock rows
- * in). Each row comes back with its tenant id. Never on Citus: a statement
- * there touches one tenant.
+ * in), reached the same way. Each row comes back with its tenant id. Never
+ * on Citus: a statement there touches one tenant.
  */
 export const commitTenantsStatement: Statement = {
-  name: 'idem_commit_tenants_v1',
+  name: 'idem_commit_tenants_v2',
   text: `
 WITH i AS (
   SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[])
     WITH ORDINALITY AS i(tenant_id, idem_key, owner_token, status_code, headers, body, retained, size, ord)
 ), locked AS (
-  SELECT e.tenant_id, e.idem_key, e.state, e.expires_at, e.completed_at,
-         i.owner_token, i.status_code, i.headers, i.body, i.retained, i.size
-    FROM idempotency_keys e JOIN i ON e.tenant_id = i.tenant_id AND e.idem_key = i.idem_key
-   WHERE e.owner_token = i.owner_token AND e.state IN ('in_flight', 'complete')
-   ORDER BY i.ord
-     FOR UPDATE OF e
+  SELECT e.tenant_id, e.idem_key, e.state, e.fingerprint, e.expires_at, e.completed_at,
+         i.owner_token, i.status_code, i.headers, i.body, i.retained, i.size, i.ord
+    FROM i CROSS JOIN LATERAL (
+      SELECT x.tenant_id, x.idem_key, x.state, x.fingerprint, x.expires_at, x.completed_at
+        FROM idempotency_keys x
+       WHERE x.tenant_id = i.tenant_id AND x.idem_key = i.idem_key
+         AND x.owner_token = i.owner_token AND x.state IN ('in_flight', 'complete')
+         FOR UPDATE) e
 ), written AS (
-  UPDATE idempotency_keys AS k
-     SET ${SET('l.status_code', 'l.headers', 'l.body', 'l.retained', 'l.size')}
-    FROM locked l
-   WHERE k.tenant_id = l.tenant_id AND k.idem_key = l.idem_key
-     AND k.owner_token = l.owner_token AND l.state = 'in_flight' AND k.state = 'in_flight'
+  ${UPSERT('l.tenant_id')}
   RETURNING k.tenant_id, k.idem_key, ${TTL_LEFT('k')} AS ttl_left_ms
 )
 SELECT tenant_id, idem_key, false AS kept, ttl_left_ms FROM written
