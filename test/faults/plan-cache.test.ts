@@ -19,6 +19,14 @@ import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 
 const PLAN_TENANT = 't';
 
+/** Complete rows seed-<from>..seed-<to> of PLAN_TENANT (fingerprint 0x01), written straight into the table. */
+const seed = (url: string, from: number, to: number): Promise<unknown> =>
+  sql(url, `INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
+              expires_at, created_at, completed_at, status_code, response_headers, response_body, body_retained, body_size)
+            SELECT '${PLAN_TENANT}', 'seed-' || g, '\\x01'::bytea, 'complete', gen_random_uuid(), 1, 'reexecute',
+              now() + interval '1 hour', now(), now(), 200, '[]'::jsonb, '\\x7b7d'::bytea, true, 2
+            FROM generate_series(${from}, ${to}) g`);
+
 describe('prepared statements keep an index plan made while the table was empty', () => {
   let t: TestDatabase;
   let db: Db;
@@ -49,21 +57,14 @@ describe('prepared statements keep an index plan made while the table was empty'
     const claimAndCommit = async (key: string): Promise<void> => {
       for (const [i, store] of stores.entries()) await claimAndCommitOn(store, `${key}-${i}`);
     };
-    const seed = async (from: number, to: number): Promise<void> => {
-      await sql(t.url, `INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
-                          expires_at, created_at, completed_at, status_code, response_headers, response_body, body_retained, body_size)
-                        SELECT '${PLAN_TENANT}', 'seed-' || g, '\\x01'::bytea, 'complete', gen_random_uuid(), 1, 'reexecute',
-                          now() + interval '1 hour', now(), now(), 200, '[]'::jsonb, '\\x7b7d'::bytea, true, 2
-                        FROM generate_series(${from}, ${to}) g`);
-    };
     for (let i = 0; i < 6; i++) await claimAndCommit(`k${i}`);
     // A young deployment: autovacuum analyzes a small table, the cached plans
     // are made again from those statistics...
-    await seed(1, 100);
+    await seed(t.url, 1, 100);
     await sql(t.url, 'ANALYZE idempotency_keys');
     for (let i = 6; i < 18; i++) await claimAndCommit(`k${i}`);
     // ...and the table grows under them before the next analyze.
-    await seed(101, 30000);
+    await seed(t.url, 101, 30000);
     // The claim call's own statements are planned inside the function (its
     // plans are cached per session like the others, and not shown by
     // EXPLAIN): none of them may scan the table. Counted by the server.
@@ -140,11 +141,7 @@ describe('prepared statements planned on an empty table read only their own rows
     // Planned (and cached on this session) while the table is empty.
     for (let i = 0; i < 6; i++) await round(`m${i}`);
     // The table grows, and nothing analyzes it; the keys below sort among the seeded ones.
-    await sql(t.url, `INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
-                        expires_at, created_at, completed_at, status_code, response_headers, response_body, body_retained, body_size)
-                      SELECT '${PLAN_TENANT}', 'seed-' || g, '\\x01'::bytea, 'complete', gen_random_uuid(), 1, 'reexecute',
-                        now() + interval '1 hour', now(), now(), 200, '[]'::jsonb, '\\x7b7d'::bytea, true, 2
-                      FROM generate_series(1, 30000) g`);
+    await seed(t.url, 1, 30000);
     const entriesRead = async (): Promise<number> => {
       await db.query({ name: '', text: 'SELECT pg_stat_force_next_flush()' }, []);
       const [r] = await db.query<{ n: string }>({ name: '', text: "SELECT idx_tup_read AS n FROM pg_stat_user_indexes WHERE indexrelname = 'idempotency_keys_pkey'" }, []);
@@ -187,14 +184,9 @@ describe('unnamed statements are planned for their values, with no session setti
     } finally {
       await db.close();
     }
-    const seed = (from: number, to: number): Promise<unknown> => sql(t.url, `INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
-        expires_at, created_at, completed_at, status_code, response_headers, response_body, body_retained, body_size)
-      SELECT '${PLAN_TENANT}', 'seed-' || g, '\\x01'::bytea, 'complete', gen_random_uuid(), 1, 'reexecute',
-        now() + interval '1 hour', now(), now(), 200, '[]'::jsonb, '\\x7b7d'::bytea, true, 2
-      FROM generate_series(${from}, ${to}) g`);
-    await seed(1, 100);
+    await seed(t.url, 1, 100);
     await sql(t.url, 'ANALYZE idempotency_keys');
-    await seed(101, 30000);
+    await seed(t.url, 101, 30000);
     // The plan an unnamed statement gets: planned with its bound values (force_custom_plan).
     const keys = (n: number, at: number): string => `ARRAY[${Array.from({ length: n }, (_, i) => `'seed-${at + i}'`).join(',')}]`;
     const arr = (v: string, n: number): string => `ARRAY[${Array(n).fill(v).join(',')}]`;
