@@ -5,6 +5,7 @@ import pg from 'pg';
 import { KeyStore } from '../../src/store/key-store.js';
 import { sweepOnce } from '../../src/store/sweeper.js';
 import { claimToken } from '../../src/store/claim-token.js';
+import { extendStatement } from '../../src/store/sql/extend.js';
 import type { ClaimRequest } from '../../src/store/records.js';
 import type { Db, Queryable } from '../../src/store/db/port.js';
 import { HOP_BY_HOP, NEVER_STORED, PER_REQUEST_IDS, compileStoredHeaders } from '../../src/proxy/headers.js';
@@ -230,6 +231,40 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) {
             } finally {
               await upstream.end();
             }
+          }
+        }
+      });
+
+      // The lease heartbeat (extend) wrote a new version of the row, still in
+      // flight under the same owner, after the commit's snapshot: the commit
+      // waits on its row lock and must then write that latest version — a
+      // commit that wrote nothing here would leave the key to be run again
+      // once its lease ran out. Lone and batched.
+      test('a commit that waits on a lease heartbeat still in its transaction writes the response once the heartbeat commits', async () => {
+        const proxyCopy = { status: 200, headers: [] as Array<[string, string]>, body: Buffer.from('proxy'), bodyRetained: true, bodySize: 5 };
+        for (const batched of [false, true]) {
+          const c = claimReq(`hb-wait-${batched}`);
+          const other = claimReq(`hb-wait-${batched}-other`);
+          await store.claim(c);
+          if (batched) await store.claim(other);
+          const heartbeat = new pg.Client({ connectionString: url! });
+          await heartbeat.connect();
+          try {
+            await heartbeat.query('BEGIN');
+            const extended = await heartbeat.query(extendStatement.text, ['t1', c.key, c.ownerToken, 120_000]);
+            assert.equal(extended.rowCount, 1);
+            const commits = Promise.all([c, ...(batched ? [other] : [])].map((r) =>
+              store.commit({ tenantId: 't1', key: r.key, ownerToken: r.ownerToken, response: proxyCopy })));
+            await waitFor('the proxy\'s commit waiting on the heartbeat\'s row lock', async () => (await lockWaiters(url!)) === 1, 10_000, 20);
+            await heartbeat.query('COMMIT');
+            const [out] = await commits;
+            assert.equal(out!.committed, true, `batched ${batched}: committed`);
+            assert.equal(out!.committed && out!.kept, false, `batched ${batched}: written, not kept`);
+            const rec = await store.get('t1', c.key, true);
+            assert.equal(rec!.state, 'complete', `batched ${batched}: the row is complete`);
+            assert.equal(rec!.responseBody!.toString(), 'proxy', `batched ${batched}: the record is the proxy's`);
+          } finally {
+            await heartbeat.end();
           }
         }
       });
