@@ -89,7 +89,9 @@ interface Counts {
 }
 
 export function parseH2loadOutput(stdout: string): Counts {
-  const finished = /finished in ([\d.]+)s/.exec(stdout);
+  // h2load prints the run's length in the unit that suits it: `999.00ms` for a run that ended
+  // just under its second, `2.00s` otherwise (nghttp2's util::format_duration).
+  const finished = /finished in ([\d.]+)(us|ms|s),/.exec(stdout);
   const req = /requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout/.exec(stdout);
   const codes = /status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx/.exec(stdout);
   if (finished === null || req === null || codes === null) throw new Error(`h2load printed no summary: ${stdout.trim().slice(-1000)}`);
@@ -98,7 +100,8 @@ export function parseH2loadOutput(stdout: string): Counts {
     const n = Number(codes[i + 1]);
     if (n > 0) status[k] = n;
   });
-  return { durationS: Number(finished[1]), done: Number(req[3]), errored: Number(req[6]), timeout: Number(req[7]), status };
+  const durationS = Number(finished[1]) / (finished[2] === 's' ? 1 : finished[2] === 'ms' ? 1e3 : 1e6);
+  return { durationS, done: Number(req[3]), errored: Number(req[6]), timeout: Number(req[7]), status };
 }
 
 function latencies(files: readonly string[]): LatencySummary {
@@ -152,7 +155,9 @@ export async function runH2load(o: H2loadOptions): Promise<WrkRun> {
       lists.push(keys);
       await writeLines(join(dir, `uris-${c}`), keys.map((k) => `${o.origin}${keyedPath(o.path, k)}`));
     }
-    const runs = await Promise.all(lists.map((_, c) => h2load([
+    // Every process is waited for before any failure is thrown: one left running would go on
+    // sending into the next run (and its files are removed below).
+    const settled = await Promise.allSettled(lists.map((_, c) => h2load([
       '-t1', '-c1', `-m${o.streams}`, `-D${o.durationS}`, '-i', join(dir, `uris-${c}`), '-d', body,
       '-H', 'content-type: application/json', '-H', `idempotency-key: ${H2_KEY_HEADER_VALUE}`, `--log-file=${join(dir, `log-${c}`)}`,
     ]).then((out) => {
@@ -162,6 +167,9 @@ export async function runH2load(o: H2loadOptions): Promise<WrkRun> {
       if (counts.done === 0) throw new Error(`h2load: connection ${c} got no response in ${o.durationS} s: ${out.trim().slice(-600)}`);
       return counts;
     })));
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed !== undefined) throw failed.reason;
+    const runs = settled.map((r) => (r as PromiseFulfilledResult<Counts>).value);
     const status: Record<string, number> = {};
     let responses = 0;
     let errors = 0;

@@ -67,6 +67,16 @@ describe('h2load', () => {
     assert.deepEqual(c, { durationS: 2, done: 54615, errored: 2, timeout: 1, status: { '2xx': 54610, '4xx': 5 } });
   });
 
+  test('a run that ended just under its second prints milliseconds, and is read as such', () => {
+    const c = parseH2loadOutput([
+      'finished in 999.00ms, 1548.00 req/s, 68.10KB/s',
+      'requests: 1548 total, 1552 started, 1548 done, 1548 succeeded, 0 failed, 0 errored, 0 timeout',
+      'status codes: 1548 2xx, 0 3xx, 0 4xx, 0 5xx',
+    ].join('\n'));
+    assert.equal(c.durationS, 0.999);
+    assert.equal(c.done, 1548);
+  });
+
   describe('a real run against the HTTP/2 baseline', () => {
     const paths = new Map<string, number>();
     let upstream: http.Server;
