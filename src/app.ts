@@ -95,8 +95,10 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
         throw new Error(`the database schema is at version ${v}, this proxy needs ${latestVersion}: run "idempotency-proxy migrate" first (or start without store.migrate: false)`);
       }
     }
-    // A batch of several tenants as one statement, except on Citus (one tenant, one shard).
-    const store: KeyStore = new InstrumentedKeyStore(db, metrics, { crossTenantBatches: !(await onCitus(db)) });
+    // A batch of several tenants as one statement, except on Citus (one tenant, one shard); there
+    // a lone key is claimed by single-row statements, which Citus plans once (docs/scale.md).
+    const citus = await onCitus(db);
+    const store: KeyStore = new InstrumentedKeyStore(db, metrics, { crossTenantBatches: !citus, loneClaimStatements: citus });
     const router = new Router(config);
     const upstream = createUpstream(config.upstream);
     let forcedShutdown = false;

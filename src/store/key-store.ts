@@ -1,11 +1,11 @@
 import { ClaimRaceError } from '../errors.js';
 import { Batcher } from './batcher.js';
-import { type Db, toBuffer } from './db/port.js';
+import { type Db, type Queryable, toBuffer } from './db/port.js';
 import type {
   ClaimOutcome, ClaimRequest, CommitOutcome, CommitRequest, KeyRecord, StoredResponse,
 } from './records.js';
-import { type ClaimRow, byKey, byTenantAndKey, claimTenant, claimTenants } from './tenant-claim.js';
-import { commitOneStatement, commitStatement, commitTenantsStatement } from './sql/commit.js';
+import { type ClaimRow, byKey, byTenantAndKey, claimLone, claimTenant, claimTenants } from './tenant-claim.js';
+import { commitOneKeptStatement, commitOneStatement, commitStatement, commitTenantsStatement } from './sql/commit.js';
 import { releaseStatement } from './sql/release.js';
 import { markUnknownStatement } from './sql/mark-unknown.js';
 import { extendStatement } from './sql/extend.js';
@@ -34,6 +34,21 @@ export interface KeyStoreOptions {
    * tenant: without it, requests to different paths never share a statement.
    */
   readonly crossTenantBatches?: boolean;
+  /**
+   * A tenant's lone key is claimed by two single-row statements (a read, and
+   * only without a row an insert: claimLone) instead of the claim call
+   * (default false). True on Citus, where src/app.ts sets it: there the call
+   * costs more than both statements (docs/scale.md); on plain PostgreSQL the
+   * call is one round trip for both.
+   */
+  readonly loneClaimStatements?: boolean;
+  /**
+   * Where a tenant's request-path statements go (claims, commits, releases,
+   * lease extensions, outcome-unknown marks, reads of one key): on Citus the
+   * node of the tenant's shard (src/store/citus/tenant-router.ts). Default:
+   * the store's database, which purges and cross-tenant batches always use.
+   */
+  readonly tenantDb?: (tenantId: string) => Queryable;
 }
 
 type RawClaim =
@@ -59,11 +74,15 @@ export class KeyStore {
   private readonly onBatch: KeyStoreOptions['onBatch'];
   private readonly singleRow: boolean;
   private readonly crossTenant: boolean;
+  private readonly loneStatements: boolean;
+  private readonly at: (tenantId: string) => Queryable;
 
   constructor(private readonly db: Db, opts: KeyStoreOptions = {}) {
     this.onBatch = opts.onBatch;
     this.singleRow = opts.singleRowStatements ?? true;
     this.crossTenant = opts.crossTenantBatches ?? false;
+    this.loneStatements = opts.loneClaimStatements ?? false;
+    this.at = opts.tenantDb ?? (() => db);
     const maxBatch = opts.maxBatch ?? 256;
     const maxInFlight = opts.maxInFlight ?? (db.singleInstance ? 1 : 2);
     const sizes = { maxBatch, maxInFlight, timeoutMs: db.timeoutMs };
@@ -101,7 +120,7 @@ export class KeyStore {
   }
 
   async release(tenantId: string, key: string, ownerToken: string): Promise<void> {
-    await this.db.query(releaseStatement, [tenantId, key, ownerToken]);
+    await this.at(tenantId).query(releaseStatement, [tenantId, key, ownerToken]);
   }
 
   /**
@@ -111,18 +130,18 @@ export class KeyStore {
    * the claim was taken over meanwhile.
    */
   async markUnknown(tenantId: string, key: string, ownerToken: string): Promise<boolean> {
-    const rows = await this.db.query(markUnknownStatement, [tenantId, key, ownerToken]);
+    const rows = await this.at(tenantId).query(markUnknownStatement, [tenantId, key, ownerToken]);
     return rows.length === 1;
   }
 
   /** Extends the lease; false when the lease was lost to a takeover. */
   async extend(tenantId: string, key: string, ownerToken: string, leaseMs: number): Promise<boolean> {
-    const rows = await this.db.query(extendStatement, [tenantId, key, ownerToken, leaseMs]);
+    const rows = await this.at(tenantId).query(extendStatement, [tenantId, key, ownerToken, leaseMs]);
     return rows.length === 1;
   }
 
   async get(tenantId: string, key: string, withBody = false): Promise<KeyRecord | null> {
-    const rows = await this.db.query<Record<string, unknown>>(getStatement, [tenantId, key, withBody]);
+    const rows = await this.at(tenantId).query<Record<string, unknown>>(getStatement, [tenantId, key, withBody]);
     const r = rows[0];
     if (r === undefined) return null;
     return {
@@ -171,7 +190,7 @@ export class KeyStore {
     if (n === 1) {
       const c = items[0]!;
       this.onBatch?.('claim', 1);
-      return [rawFromRow((await claimTenant(this.db, c.tenantId, items, budgetMs))[0]!, c.fingerprint)];
+      return [rawFromRow(await this.claimOne(c, budgetMs), c.fingerprint)];
     }
     const firstOf = new Map<string, number>();
     const tenants = new Map<string, number[]>();
@@ -197,7 +216,7 @@ export class KeyStore {
     } else {
       await Promise.all([...tenants].map(async ([tenantId, idx]) => {
         this.onBatch?.('claim', idx.length);
-        const rows = await claimTenant(this.db, tenantId, idx.map((i) => items[i]!), budgetMs);
+        const rows = idx.length === 1 ? [await this.claimOne(items[idx[0]!]!, budgetMs)] : await claimTenant(this.at(tenantId), tenantId, idx.map((i) => items[i]!), budgetMs);
         for (let j = 0; j < idx.length; j++) rowOf[idx[j]!] = rows[j];
       }));
     }
@@ -210,6 +229,11 @@ export class KeyStore {
       out[i] = folded(out[first], rowOf[first], items[first]!, c);
     }
     return out;
+  }
+
+  private async claimOne(c: ClaimRequest, budgetMs?: number): Promise<ClaimRow> {
+    const db = this.at(c.tenantId);
+    return this.loneStatements ? claimLone(db, c.tenantId, c, budgetMs) : (await claimTenant(db, c.tenantId, [c], budgetMs))[0]!;
   }
 
   /**
@@ -250,16 +274,18 @@ export class KeyStore {
     ], budgetMs);
   }
 
-  private commitTenant(tenantId: string, group: CommitRequest[], budgetMs?: number): Promise<CommitRow[]> {
+  private async commitTenant(tenantId: string, group: CommitRequest[], budgetMs?: number): Promise<CommitRow[]> {
     if (group.length === 1 && this.singleRow) {
       const c = group[0]!;
-      return this.db.query(commitOneStatement, [
+      const db = this.at(tenantId);
+      const rows = await db.query<CommitRow>(commitOneStatement, [
         tenantId, c.key, c.ownerToken, c.response.status, JSON.stringify(c.response.headers),
         c.response.body.toString('hex'), c.response.bodyRetained, c.response.bodySize,
       ], budgetMs);
+      return rows.length > 0 ? rows : db.query<CommitRow>(commitOneKeptStatement, [tenantId, c.key, c.ownerToken], budgetMs);
     }
     group.sort(byKey);
-    return this.db.query(commitStatement, [
+    return this.at(tenantId).query(commitStatement, [
       tenantId, group.map((c) => c.key), group.map((c) => c.ownerToken), group.map((c) => c.response.status),
       group.map((c) => JSON.stringify(c.response.headers)), group.map((c) => c.response.body.toString('hex')),
       group.map((c) => c.response.bodyRetained), group.map((c) => c.response.bodySize),

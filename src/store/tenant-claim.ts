@@ -6,7 +6,7 @@
 import type { Queryable } from './db/port.js';
 import { toBuffer } from './db/port.js';
 import type { ClaimRequest } from './records.js';
-import { INSERT_PARAMS_PER_ROW, claimStatement, claimTenantsStatement, takeoverStatement } from './sql/claim.js';
+import { INSERT_PARAMS_PER_ROW, claimStatement, claimTenantsStatement, loneInsertStatement, loneReadStatement, takeoverStatement } from './sql/claim.js';
 
 /** What the claim learnt about one key: claimed by this request, or the row that holds it. */
 export interface ClaimRow {
@@ -112,6 +112,22 @@ export async function claimTenant(
   const t0 = budgetMs === undefined ? 0 : performance.now();
   const called = await claimCall(db, tenantId, items, budgetMs);
   return settle(db, tenantId, items, called, left(budgetMs, t0));
+}
+
+/**
+ * One key's claim as two single-row statements (src/store/sql/claim.ts:
+ * loneReadStatement) instead of the call: the read, and only without a row
+ * the insert. The same answers as claimTenant for one item; a duplicate is
+ * one statement, a new key two.
+ */
+export async function claimLone(db: Queryable, tenantId: string, c: ClaimRequest, budgetMs?: number): Promise<ClaimRow> {
+  const t0 = budgetMs === undefined ? 0 : performance.now();
+  const found = await db.query<FoundRow & { inserted: false }>(loneReadStatement, [tenantId, c.key], budgetMs);
+  if (found.length > 0) return (await settle(db, tenantId, [c], found, left(budgetMs, t0)))[0]!;
+  const [r] = await db.query<InsertedRow>(loneInsertStatement, [
+    tenantId, c.key, c.fingerprint.toString('hex'), c.ownerToken, c.onExpiredLease, c.leaseMs, c.ttlMs, c.route, c.method, c.path,
+  ], left(budgetMs, t0));
+  return r === undefined ? NOTHING : fromInserted(r, c); // nothing inserted: a row committed since the read, claim again
 }
 
 /** One tenant's distinct keys, as claimTenants takes them. */

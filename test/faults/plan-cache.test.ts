@@ -42,7 +42,10 @@ describe('prepared statements keep an index plan made while the table was empty'
   test('claims and commits planned on an empty table use the primary key once the table holds 30 000 rows', async () => {
     // Lone requests go as the single-row twins; a second store sends them as
     // the batch statements: every one of the four is planned on the empty table.
-    const stores = [new KeyStore(db, { maxInFlight: 1 }), new KeyStore(db, { maxInFlight: 1, singleRowStatements: false })];
+    const stores = [
+      new KeyStore(db, { maxInFlight: 1 }), new KeyStore(db, { maxInFlight: 1, singleRowStatements: false }),
+      new KeyStore(db, { maxInFlight: 1, loneClaimStatements: true }), // as on Citus
+    ];
     const fingerprint = Buffer.alloc(32, 1);
     const claimAndCommitOn = async (store: KeyStore, key: string): Promise<void> => {
       const ownerToken = randomUUID();
@@ -124,7 +127,10 @@ describe('prepared statements planned on an empty table read only their own rows
 
   test('claims, replays and commits of keys among 30 000 rows of their tenant read a few index entries each', async () => {
     // Lone requests (the single-row twins) and the batch statements, as above.
-    const stores = [new KeyStore(db, { maxInFlight: 1 }), new KeyStore(db, { maxInFlight: 1, singleRowStatements: false })];
+    const stores = [
+      new KeyStore(db, { maxInFlight: 1 }), new KeyStore(db, { maxInFlight: 1, singleRowStatements: false }),
+      new KeyStore(db, { maxInFlight: 1, loneClaimStatements: true }), // as on Citus
+    ];
     const fingerprint = Buffer.alloc(32, 1);
     const claim = (store: KeyStore, key: string, ownerToken = randomUUID(), fp = fingerprint) =>
       store.claim({ tenantId: PLAN_TENANT, key, fingerprint: fp, ownerToken, leaseMs: 60_000, ttlMs: 3_600_000, onExpiredLease: 'reexecute', route: 'r', method: 'POST', path: '/x' });

@@ -3,8 +3,8 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { createPgDb } from '../../src/store/db/pg.js';
 import type { Db, Statement } from '../../src/store/db/port.js';
-import { claimStatement, claimTenantsStatement, takeoverStatement } from '../../src/store/sql/claim.js';
-import { commitOneStatement, commitStatement, commitTenantsStatement } from '../../src/store/sql/commit.js';
+import { claimStatement, claimTenantsStatement, loneInsertStatement, loneReadStatement, takeoverStatement } from '../../src/store/sql/claim.js';
+import { commitOneKeptStatement, commitOneStatement, commitStatement, commitTenantsStatement } from '../../src/store/sql/commit.js';
 import { extendStatement } from '../../src/store/sql/extend.js';
 import { getStatement } from '../../src/store/sql/get.js';
 import { purgeStatement } from '../../src/store/sql/purge.js';
@@ -33,7 +33,10 @@ const cases: Array<[string, Statement, unknown[]]> = [
   ['takeover (one)', takeoverStatement(1), [Date.now() / 1000, 't', ...row('a')]],
   ['takeover (batch of 3)', takeoverStatement(3), [Date.now() / 1000, 't', ...row('a'), ...row('b'), ...row('c')]],
   ['commit (batch)', commitStatement, ['t', ...arrays]],
+  ['lone claim: read', loneReadStatement, ['t', 'a']],
+  ['lone claim: insert', loneInsertStatement, ['t', 'a', 'aa', randomUUID(), 'reexecute', 60_000, 3_600_000, 'r', 'POST', '/p']],
   ['commit (one)', commitOneStatement, ['t', 'a', randomUUID(), 200, '[]', '', true, 0]],
+  ['commit (one): kept', commitOneKeptStatement, ['t', 'a', randomUUID()]],
   ['extend', extendStatement, ['t', 'a', randomUUID(), 60_000]],
   ['get', getStatement, ['t', 'a', true]],
   ['release', releaseStatement, ['t', 'a', randomUUID()]],

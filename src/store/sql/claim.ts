@@ -56,6 +56,47 @@ export const claimTenantsStatement: Statement = {
                                           $7::float8[], $8::text[], $9::text[], $10::text[], $11::text[])`,
 };
 
+/**
+ * A lone claim as two statements, where a function call costs more than the
+ * statements it runs (Citus: the call is planned on the node it reaches and
+ * its statements again, as distributed queries, inside it; docs/scale.md).
+ * Each is a single-table statement on one row that filters on the
+ * distribution column, which Citus plans once and routes at execution:
+ *
+ * - loneReadStatement: the claim call's first read, for one key ($1 tenant,
+ *   $2 key), with the same columns and the same clock. A row found is
+ *   answered from as the call would (settled, or taken over).
+ * - loneInsertStatement: no row: the call's lone insert, ON CONFLICT DO
+ *   NOTHING ($1 tenant, $2 key, $3 fingerprint hex, $4 owner token, $5
+ *   on_expired_lease, $6 lease ms, $7 ttl ms, $8 route, $9 method, $10
+ *   path). Nothing inserted: a row committed since the read, and the store
+ *   claims again (its read finds it).
+ */
+export const loneReadStatement: Statement = {
+  name: 'idem_claim_read_v1',
+  text: `
+SELECT false AS inserted, extract(epoch FROM now())::float8 AS clock, idem_key, state, NULL::uuid AS owner_token,
+       NULL::integer AS attempt, fingerprint, status_code, response_headers, response_body, body_retained, body_size,
+       (expires_at <= now() AND (state <> 'in_flight' OR locked_until <= now())) AS free,
+       (state = 'in_flight' AND locked_until <= now()) AS lease_over,
+       greatest(1, ceil(extract(epoch FROM (locked_until - now()))))::integer AS retry_after_s,
+       greatest(0, floor(extract(epoch FROM (expires_at - now())) * 1000))::float8 AS ttl_left_ms
+  FROM idempotency_keys
+ WHERE tenant_id = $1 AND idem_key = $2`,
+};
+
+export const loneInsertStatement: Statement = {
+  name: 'idem_claim_insert_v1',
+  text: `
+INSERT INTO idempotency_keys AS k
+  (tenant_id, idem_key, fingerprint, state, owner_token, attempt, on_expired_lease,
+   locked_until, expires_at, created_at, route, method, path)
+VALUES ($1, $2, decode($3, 'hex'), 'in_flight', $4::uuid, 1, $5,
+        now() + $6::float8 * interval '1 millisecond', now() + $7::float8 * interval '1 millisecond', now(), $8, $9, $10)
+ON CONFLICT (tenant_id, idem_key) DO NOTHING
+RETURNING true AS inserted, k.idem_key, k.state, k.owner_token, k.attempt`,
+};
+
 /** Parameters per row of a takeover, after $1 (clock) and $2 (tenant). */
 export const INSERT_PARAMS_PER_ROW = 9;
 

@@ -123,20 +123,27 @@ UNION ALL
 SELECT tenant_id, idem_key, true, ${TTL_LEFT('l')} FROM locked l WHERE state = 'complete'`,
 };
 
-/** The same commit for exactly one key (by primary key): $1 tenant, $2 key, then the scalars in the same order. */
+/**
+ * The same commit for exactly one key: $1 tenant, $2 key, then the scalars in the same order.
+ * One UPDATE of one row by its primary key, guarded by owner token and state: a single-table
+ * statement that filters on the distribution column, which Citus plans on its fast path. The
+ * row's latest version is what the guard is tested on (an UPDATE that waited for the row lock
+ * re-reads it). No row back: it was not in flight under this token — commitOneKeptStatement
+ * tells whether it is already complete under it (kept).
+ */
 export const commitOneStatement: Statement = {
-  name: 'idem_commit_one_v4',
+  name: 'idem_commit_one_v5',
   text: `
-WITH locked AS (
-  SELECT idem_key, state, expires_at, completed_at FROM idempotency_keys
-   WHERE tenant_id = $1 AND idem_key = $2 AND owner_token = $3::uuid AND state IN ('in_flight', 'complete')
-     FOR UPDATE
-), written AS (
-  UPDATE idempotency_keys AS k
-     SET ${SET('$4::int', '$5::text', '$6::text', '$7::bool', '$8::bigint')}
-    FROM locked l
-   WHERE k.tenant_id = $1 AND k.idem_key = $2
-     AND k.owner_token = $3::uuid AND l.state = 'in_flight' AND k.state = 'in_flight'
-  RETURNING k.idem_key, ${TTL_LEFT('k')} AS ttl_left_ms
-)${RESULT}`,
+UPDATE idempotency_keys
+   SET ${SET('$4::int', '$5::text', '$6::text', '$7::bool', '$8::bigint')}
+ WHERE tenant_id = $1 AND idem_key = $2 AND owner_token = $3::uuid AND state = 'in_flight'
+RETURNING idem_key, false AS kept, ${TTL_LEFT('idempotency_keys')} AS ttl_left_ms`,
+};
+
+/** After a lone commit that wrote nothing: the row, if it is complete under the same token (kept). */
+export const commitOneKeptStatement: Statement = {
+  name: 'idem_commit_one_kept_v1',
+  text: `
+SELECT idem_key, true AS kept, ${TTL_LEFT('idempotency_keys')} AS ttl_left_ms FROM idempotency_keys
+ WHERE tenant_id = $1 AND idem_key = $2 AND owner_token = $3::uuid AND state = 'complete'`,
 };
