@@ -12,7 +12,8 @@ import { createLogger, type Logger } from './log/logger.js';
 import { createMetrics, type Metrics } from './metrics/metrics.js';
 import { Router } from './policy/router.js';
 import { createUpstream } from './proxy/upstream.js';
-import { openDb } from './store/open.js';
+import { openDb, openNodeDb } from './store/open.js';
+import { TenantRouter } from './store/citus/tenant-router.js';
 import type { Db } from './store/db/port.js';
 import { KeyStore } from './store/key-store.js';
 import { latestVersion, migrate, onCitus, schemaVersion } from './store/migrate.js';
@@ -50,6 +51,8 @@ export interface StartOptions {
 
 /** Key census: one chunk of at most this many rows per tick (docs/operations.md, Metrics). */
 const CENSUS_DEFAULTS = { intervalMs: 5_000, chunkRows: 10_000 };
+/** How often the Citus shard map is read again (src/store/citus/tenant-router.ts). */
+const SHARD_MAP_REFRESH_MS = 30_000;
 
 export interface RunningProxy {
   readonly url: string;
@@ -98,7 +101,25 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     // A batch of several tenants as one statement, except on Citus (one tenant, one shard); there
     // a lone key is claimed by single-row statements, which Citus plans once (docs/scale.md).
     const citus = await onCitus(db);
-    const store: KeyStore = new InstrumentedKeyStore(db, metrics, { crossTenantBatches: !citus, loneClaimStatements: citus });
+    // On Citus each tenant's statements go to the node of its shard (store.shardRouting).
+    let tenantRouter: TenantRouter | null = null;
+    if (citus && config.store.shardRouting) {
+      const router = new TenantRouter({
+        coordinator: db,
+        connect: (host, port) => openNodeDb(config.store, host, port, logger),
+        refreshMs: SHARD_MAP_REFRESH_MS,
+        log: (level, fields, msg) => logger[level](fields, msg),
+      });
+      cleanups.push(() => router.close());
+      await router.start();
+      tenantRouter = router;
+      logger.info(router.describe(), 'citus: statements go to the node of each tenant\'s shard');
+    }
+    const store: KeyStore = new InstrumentedKeyStore(db, metrics, {
+      crossTenantBatches: !citus,
+      loneClaimStatements: citus,
+      ...(tenantRouter === null ? {} : { tenantDb: (tenantId: string) => tenantRouter.forTenant(tenantId) }),
+    });
     const router = new Router(config);
     const upstream = createUpstream(config.upstream);
     let forcedShutdown = false;

@@ -13,6 +13,7 @@ const TESTS = [
   'test/store/migrate.test.js',
   'test/store/co-commit.test.js',
   'test/store/probe-state.test.js',
+  'test/store/tenant-router.test.js',
   'test/core/concurrency.test.js',
   'test/core/store-contention.test.js',
   'test/core/replay.test.js',

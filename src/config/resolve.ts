@@ -157,6 +157,7 @@ function resolveStore(raw: Raw, flags: ConfigFlags, env: Env, issues: Issues): S
     // Store hardening (docs/configuration.md).
     timeoutMs: duration(section, 'timeout', ['store'], DEFAULTS.storeTimeoutMs, issues),
     preparedStatements: typeof section.preparedStatements === 'boolean' ? section.preparedStatements : true,
+    shardRouting: typeof section.shardRouting === 'boolean' ? section.shardRouting : true,
   };
 }
 

@@ -128,6 +128,8 @@ export function configSchema(): Schema {
         // Store hardening (docs/configuration.md): bound and statement mode.
         timeout: duration,
         preparedStatements: { type: 'boolean' },
+        // Citus only (docs/scale.md): each tenant's statements to the node of its shard.
+        shardRouting: { type: 'boolean' },
       }),
       limits: section({ maxBufferedBytes: size }),
       logLevel: enumOf('fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'),

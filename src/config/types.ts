@@ -102,6 +102,7 @@ export interface StoreConfig {
   // Store hardening (docs/configuration.md).
   readonly timeoutMs: number; // store.timeout: bound on every store round trip
   readonly preparedStatements: boolean; // false: unnamed statements (PgBouncer transaction mode)
+  readonly shardRouting: boolean; // on Citus: each tenant's statements to the node of its shard (docs/scale.md)
 }
 
 export interface LimitsConfig {

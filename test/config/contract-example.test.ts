@@ -48,6 +48,7 @@ test('contract example with DATABASE_URL and REDIS_URL unset', () => {
     sweepBatchSize: 1_000,
     timeoutMs: 5_000,
     preparedStatements: true,
+    shardRouting: true,
   });
   assert.equal(config.logLevel, 'info');
   assert.deepEqual(
