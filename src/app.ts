@@ -117,7 +117,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     }
     const store: KeyStore = new InstrumentedKeyStore(db, metrics, {
       crossTenantBatches: !citus,
-      loneClaimStatements: citus,
+      perKeyStatements: citus,
       ...(tenantRouter === null ? {} : { tenantDb: (tenantId: string) => tenantRouter.forTenant(tenantId) }),
     });
     const router = new Router(config);

@@ -35,13 +35,17 @@ export interface KeyStoreOptions {
    */
   readonly crossTenantBatches?: boolean;
   /**
-   * A tenant's lone key is claimed by two single-row statements (a read, and
-   * only without a row an insert: claimLone) instead of the claim call
-   * (default false). True on Citus, where src/app.ts sets it: there the call
-   * costs more than both statements (docs/scale.md); on plain PostgreSQL the
-   * call is one round trip for both.
+   * Every key is claimed and committed by single-row statements (default
+   * false): a claim by a read and, only without a row, an insert
+   * (claimLone); a commit by the lone UPDATE. A batch's keys go side by side,
+   * each its own statement. True on Citus, where src/app.ts sets it: there a
+   * single-row statement is planned once per session (its fast path), while
+   * the claim call and the batch commit are planned at every execution, on
+   * the node they reach and again inside it (docs/scale.md); on plain
+   * PostgreSQL one statement per batch is cheaper (one round trip, one
+   * flush).
    */
-  readonly loneClaimStatements?: boolean;
+  readonly perKeyStatements?: boolean;
   /**
    * Where a tenant's request-path statements go (claims, commits, releases,
    * lease extensions, outcome-unknown marks, reads of one key): on Citus the
@@ -74,14 +78,14 @@ export class KeyStore {
   private readonly onBatch: KeyStoreOptions['onBatch'];
   private readonly singleRow: boolean;
   private readonly crossTenant: boolean;
-  private readonly loneStatements: boolean;
+  private readonly perKey: boolean;
   private readonly at: (tenantId: string) => Queryable;
 
   constructor(private readonly db: Db, opts: KeyStoreOptions = {}) {
     this.onBatch = opts.onBatch;
     this.singleRow = opts.singleRowStatements ?? true;
     this.crossTenant = opts.crossTenantBatches ?? false;
-    this.loneStatements = opts.loneClaimStatements ?? false;
+    this.perKey = opts.perKeyStatements ?? false;
     this.at = opts.tenantDb ?? (() => db);
     const maxBatch = opts.maxBatch ?? 256;
     const maxInFlight = opts.maxInFlight ?? (db.singleInstance ? 1 : 2);
@@ -216,7 +220,7 @@ export class KeyStore {
     } else {
       await Promise.all([...tenants].map(async ([tenantId, idx]) => {
         this.onBatch?.('claim', idx.length);
-        const rows = idx.length === 1 ? [await this.claimOne(items[idx[0]!]!, budgetMs)] : await claimTenant(this.at(tenantId), tenantId, idx.map((i) => items[i]!), budgetMs);
+        const rows = idx.length === 1 || this.perKey ? await Promise.all(idx.map((i) => this.claimOne(items[i]!, budgetMs))) : await claimTenant(this.at(tenantId), tenantId, idx.map((i) => items[i]!), budgetMs);
         for (let j = 0; j < idx.length; j++) rowOf[idx[j]!] = rows[j];
       }));
     }
@@ -233,7 +237,7 @@ export class KeyStore {
 
   private async claimOne(c: ClaimRequest, budgetMs?: number): Promise<ClaimRow> {
     const db = this.at(c.tenantId);
-    return this.loneStatements ? claimLone(db, c.tenantId, c, budgetMs) : (await claimTenant(db, c.tenantId, [c], budgetMs))[0]!;
+    return this.perKey ? claimLone(db, c.tenantId, c, budgetMs) : (await claimTenant(db, c.tenantId, [c], budgetMs))[0]!;
   }
 
   /**
@@ -275,6 +279,10 @@ export class KeyStore {
   }
 
   private async commitTenant(tenantId: string, group: CommitRequest[], budgetMs?: number): Promise<CommitRow[]> {
+    if (group.length > 1 && this.perKey) {
+      // Citus: each key by its own fast-path statement, side by side (perKeyStatements).
+      return (await Promise.all(group.map((c) => this.commitTenant(tenantId, [c], budgetMs)))).flat();
+    }
     if (group.length === 1 && this.singleRow) {
       const c = group[0]!;
       const db = this.at(tenantId);

@@ -44,7 +44,7 @@ describe('prepared statements keep an index plan made while the table was empty'
     // the batch statements: every one of the four is planned on the empty table.
     const stores = [
       new KeyStore(db, { maxInFlight: 1 }), new KeyStore(db, { maxInFlight: 1, singleRowStatements: false }),
-      new KeyStore(db, { maxInFlight: 1, loneClaimStatements: true }), // as on Citus
+      new KeyStore(db, { maxInFlight: 1, perKeyStatements: true }), // as on Citus
     ];
     const fingerprint = Buffer.alloc(32, 1);
     const claimAndCommitOn = async (store: KeyStore, key: string): Promise<void> => {
@@ -129,7 +129,7 @@ describe('prepared statements planned on an empty table read only their own rows
     // Lone requests (the single-row twins) and the batch statements, as above.
     const stores = [
       new KeyStore(db, { maxInFlight: 1 }), new KeyStore(db, { maxInFlight: 1, singleRowStatements: false }),
-      new KeyStore(db, { maxInFlight: 1, loneClaimStatements: true }), // as on Citus
+      new KeyStore(db, { maxInFlight: 1, perKeyStatements: true }), // as on Citus
     ];
     const fingerprint = Buffer.alloc(32, 1);
     const claim = (store: KeyStore, key: string, ownerToken = randomUUID(), fp = fingerprint) =>

@@ -105,7 +105,7 @@ if (citusNodes !== null) {
       try {
         assert.deepEqual(r.describe().nodes, { [`127.0.0.1:${nodes[1]}`]: 'up', [`127.0.0.1:${deadWorker}`]: 'down' });
         assert.ok(logs.some((l) => l.startsWith('warn citus: node not reachable')), logs.join('\n'));
-        const store = new KeyStore(coordinator, { crossTenantBatches: false, loneClaimStatements: true, tenantDb: (id) => r.forTenant(id) });
+        const store = new KeyStore(coordinator, { crossTenantBatches: false, perKeyStatements: true, tenantDb: (id) => r.forTenant(id) });
         const ids = tenants().slice(0, 40);
         const ports = await Promise.all(ids.map(async (id) => (await r.forTenant(id).query<{ port: number }>(q('SELECT inet_server_port() AS port'), []))[0]!.port));
         assert.ok(ports.includes(nodes[0]!) && ports.includes(nodes[1]!), `coordinator and the live worker: ${[...new Set(ports)].join(', ')}`);

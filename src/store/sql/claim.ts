@@ -57,7 +57,7 @@ export const claimTenantsStatement: Statement = {
 };
 
 /**
- * A lone claim as two statements, where a function call costs more than the
+ * One key's claim as two statements, where a function call costs more than the
  * statements it runs (Citus: the call is planned on the node it reaches and
  * its statements again, as distributed queries, inside it; docs/scale.md).
  * Each is a single-table statement on one row that filters on the
