@@ -32,7 +32,7 @@ routes:
 `);
   assert.deepEqual(errors, [
     'lissten: unknown field (expected one of: listen, admin, adminToken, upstream, store, limits, logLevel, shutdownTimeout, defaults, routes, tracing) (line 2)',
-    'store.postgress: unknown field (expected one of: postgres, redis, dataDir, poolSize, migrate, sweepInterval, sweepBatchSize, timeout, preparedStatements) (line 4)',
+    'store.postgress: unknown field (expected one of: postgres, redis, dataDir, poolSize, migrate, sweepInterval, sweepBatchSize, timeout, preparedStatements, shardRouting) (line 4)',
     'defaults.fingerprint.canonical: unknown field (expected one of: headers, query, json, exclude) (line 6)',
     'defaults.tenant: must set exactly one of fromHeader, fromHeaderHash, constant, fromClientCert (line 7)',
     'defaults.tenant.extra: unknown field (expected one of: fromHeader, fromHeaderHash, constant, fromClientCert) (line 7)',
