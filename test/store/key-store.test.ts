@@ -156,6 +156,17 @@ for (const backend of ['postgres', 'pglite', 'pgbouncer'] as Backend[]) for (con
       assert.equal(outcomes.filter((o) => o.kind === 'in_flight').length, 49);
     });
 
+    test('two proxies claiming the same new keys at the same moment: each key claimed once, the loser sees it in flight', async () => {
+      // Two stores, two batchers: nothing folds their claims together, so they meet in the database
+      // (with perKeyStatements both reads find no row and one insert loses: its store claims again).
+      const other = new KeyStore(db, options);
+      for (let round = 0; round < 10; round++) {
+        const key = `k-two-proxies-${round}`;
+        const outcomes = await Promise.all([store, other, store, other].map((s) => s.claim(claimReq(key))));
+        assert.deepEqual(outcomes.map((o) => o.kind).sort(), ['claimed', 'in_flight', 'in_flight', 'in_flight'], key);
+      }
+    });
+
     test('a storm of duplicates folded into one batch: one claim, the rest in flight or mismatched by payload', async () => {
       const reqs = Array.from({ length: 40 }, (_, i) => claimReq('k-storm', { fingerprint: fp(i % 4 === 3 ? 'other' : 'body') }));
       const outcomes = await Promise.all(reqs.map((r) => store.claim(r)));

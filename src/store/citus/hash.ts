@@ -12,7 +12,8 @@ const rot = (x: number, k: number): number => (x << k) | (x >>> (32 - k));
 
 /** hashtext(value)::int4 for a UTF-8 server. */
 export function hashText(value: string, scratch?: Buffer): number {
-  const k = scratch !== undefined && Buffer.byteLength(value) <= scratch.length ? scratch : Buffer.allocUnsafe(Buffer.byteLength(value));
+  const bytes = Buffer.byteLength(value);
+  const k = scratch !== undefined && bytes <= scratch.length ? scratch : Buffer.allocUnsafe(bytes);
   const keylen = k.write(value, 0, 'utf8');
   let a = (0x9e3779b9 + keylen + 3923095) | 0;
   let b = a;

@@ -125,7 +125,7 @@ export class TenantRouter {
       let node = this.nodes.get(name);
       if (node === undefined) {
         const [host, port] = splitNode(name);
-        node = this.makeNode(this.opts.connect(host, port));
+        node = this.makeNode(name, this.opts.connect(host, port));
         this.nodes.set(name, node);
       }
       const was = node.up;
@@ -134,9 +134,7 @@ export class TenantRouter {
         node.up = true;
         if (!was) this.opts.log('info', { node: name }, 'citus: statements of the tenants on this node go to it directly');
       } catch (err) {
-        node.up = false;
-        if (was) this.opts.log('warn', { node: name, err: (err as Error).message }, 'citus: node unreachable from the proxy; its tenants go through the coordinator');
-        else this.opts.log('warn', { node: name, err: (err as Error).message }, 'citus: node not reachable from the proxy; its tenants go through the coordinator');
+        this.down(name, node, err);
       }
     }));
     if (this.closed) return;
@@ -164,7 +162,12 @@ export class TenantRouter {
     this.lo = Int32Array.from(placements.map((p) => p.lo));
   }
 
-  private makeNode(db: Db): Node {
+  private down(name: string, node: Node, err: unknown): void {
+    node.up = false;
+    this.opts.log('warn', { node: name, err: (err as Error).message }, 'citus: node not reachable from the proxy; its tenants go through the coordinator');
+  }
+
+  private makeNode(name: string, db: Db): Node {
     const node: Node = {
       db,
       up: false,
@@ -174,10 +177,7 @@ export class TenantRouter {
             return await db.query<R>(stmt, values, ms);
           } catch (err) {
             // The node cannot be reached: later statements go through the coordinator until a refresh reaches it.
-            if (node.up && isUnavailable(err)) {
-              node.up = false;
-              this.opts.log('warn', { err: (err as Error).message }, 'citus: node unreachable from the proxy; its tenants go through the coordinator');
-            }
+            if (node.up && isUnavailable(err)) this.down(name, node, err);
             throw err;
           }
         },
