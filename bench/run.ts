@@ -112,7 +112,7 @@ async function main(): Promise<number> {
     const upstream = fleet.servers.get('upstream')!;
     runs.push(...(await runRepetitions(ctx, plan, fleet.servers, `${upstream.url}/__stats`)));
     if (plan.pair && !interrupted) pair = await runPair(ctx, fleet.databaseUrl);
-    if (plan.tracePair && !interrupted) tracePairs = await runTracePairs(ctx, fleet.databaseUrl);
+    if (plan.tracePairs.length > 0 && !interrupted) tracePairs = await runTracePairs(ctx, fleet.databaseUrl, plan.tracePairs);
     for (const [id, s] of fleet.servers) memory[id] = readMemory(s.pid);
     for (const [id, s] of fleet.servers) if (id !== 'upstream') await s.stop();
     if (plan.rss && !interrupted) {
@@ -198,20 +198,21 @@ const TRACE_PAIRS: readonly PairShape[] = [
  * request's spans to a sink of its own, each in front of an upstream of its own, started for the pairs
  * and stopped after them. The sink's CPU is counted with the traced side's upstream.
  */
-async function runTracePairs(ctx: BenchContext, databaseUrl: string | null): Promise<PairResult[]> {
-  if (databaseUrl === null) return TRACE_PAIRS.map((s) => failedPair('no database for the tracing pair', s));
+async function runTracePairs(ctx: BenchContext, databaseUrl: string | null, ids: readonly string[]): Promise<PairResult[]> {
+  const shapes = TRACE_PAIRS.filter((s) => ids.includes(s.id));
+  if (databaseUrl === null) return shapes.map((s) => failedPair('no database for the tracing pair', s));
   return withSides(ctx, 'the tracing pair', async (start) => {
     const forOff = await start(startUpstream(ctx, 'upstream-trace-off'));
     const forOn = await start(startUpstream(ctx, 'upstream-trace-on'));
     const sink = await start(startUpstream(ctx, 'otlp-sink-pair'));
     const off = await start(startProxy(ctx, { name: 'proxy-trace-off', upstream: forOff.url, databaseUrl, redisUrl: null }));
-    const on = await start(startProxy(ctx, { name: 'proxy-trace-on', upstream: forOn.url, databaseUrl, redisUrl: null, env: tracedEnv(sink.url) }));
+    const on = await start(startProxy(ctx, { name: 'proxy-trace-on', upstream: forOn.url, databaseUrl, redisUrl: null, env: { ...tracedEnv(sink.url), ...ctx.opts.traceEnv } }));
     return [{ server: off, upstream: forOff }, { server: on, upstream: forOn, others: [sink] }];
   }, async (a, b) => {
     const out: PairResult[] = [];
-    for (const shape of TRACE_PAIRS) if (!ctx.interrupted()) out.push(await measurePair(ctx, a, b, shape));
+    for (const shape of shapes) if (!ctx.interrupted()) out.push(await measurePair(ctx, a, b, shape));
     return out;
-  }, (error) => TRACE_PAIRS.map((s) => failedPair(error, s)));
+  }, (error) => shapes.map((s) => failedPair(error, s)));
 }
 
 if (isEntry(import.meta.url)) {

@@ -29,6 +29,8 @@ export interface RunOptions {
   readonly loadNote: string | null; // why not wrk, when it fell back
   /** BENCH_OTHER: the root of another checkout, built (its dist/src/main.js, its bench/proxy.yaml): the *-other scenarios run it. */
   readonly other: string | null;
+  /** BENCH_TRACE_ENV: more environment for the traced proxy of the tracing pairs (NAME=value,…), e.g. another OTEL_BSP_* setting. */
+  readonly traceEnv: Readonly<Record<string, string>>;
 }
 
 const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]']);
@@ -76,6 +78,18 @@ function otherRoot(env: NodeJS.ProcessEnv): string | null {
   return root;
 }
 
+/** BENCH_TRACE_ENV=NAME=value,NAME=value: names of environment variables, values without commas. */
+function traceEnv(env: NodeJS.ProcessEnv): Record<string, string> {
+  const raw = env['BENCH_TRACE_ENV'] ?? '';
+  const out: Record<string, string> = {};
+  for (const item of raw.split(',').map((s) => s.trim()).filter(Boolean)) {
+    const m = /^([A-Za-z_][A-Za-z0-9_]*)=(.*)$/.exec(item);
+    if (m === null) throw new Error(`BENCH_TRACE_ENV: "${item}" is not NAME=value (items separated by commas)`);
+    out[m[1]!] = m[2]!;
+  }
+  return out;
+}
+
 export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv): RunOptions {
   for (const a of argv) {
     if (a.startsWith('--') && !a.startsWith('--only') && a !== '--list') throw new Error(`unknown option ${a} (use --only a,b or --list)`);
@@ -106,6 +120,7 @@ export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv)
     load: load.generator,
     loadNote: load.note,
     other: otherRoot(env),
+    traceEnv: traceEnv(env),
   };
 }
 

@@ -119,10 +119,20 @@ export async function measurePair(ctx: BenchContext, baselineSide: PairSide, pro
       body: REQUEST_BODY,
       statsUrl: null, // the rates come from the load generators
     });
-    const both = Promise.allSettled([
-      ctx.load.cannon(spec(baseline.url, shape.paths[0], 'a')),
-      ctx.load.cannon(spec(proxy.url, shape.paths[1], 'b')),
-    ]);
+    // The two load generators start one after the other; which goes first alternates by round, so that
+    // neither side always has the head start.
+    const loadA = (): Promise<CannonResult> => ctx.load.cannon(spec(baseline.url, shape.paths[0], 'a'));
+    const loadB = (): Promise<CannonResult> => ctx.load.cannon(spec(proxy.url, shape.paths[1], 'b'));
+    let sideA: Promise<CannonResult>;
+    let sideB: Promise<CannonResult>;
+    if (round % 2 === 1) {
+      sideA = loadA();
+      sideB = loadB();
+    } else {
+      sideB = loadB();
+      sideA = loadA();
+    }
+    const both = Promise.allSettled([sideA, sideB]);
     // CPU over the middle of the measured run: read all four at the same instants.
     const windowS = durationS - 2 * CPU_MARGIN_S;
     let ticks: { d: number[]; s: number } | null = null;

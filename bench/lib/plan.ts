@@ -18,7 +18,8 @@ export interface Plan {
   readonly rss: boolean;
   readonly claim: boolean;
   readonly pair: boolean; // the pass-through side by side with the baseline (pair.ts)
-  readonly tracePair: boolean; // tracing off and on side by side, new key and replay (pair.ts)
+  /** The tracing pairs to run (tracing off and on side by side, pair.ts): trace-pair-newkey, trace-pair-replay. */
+  readonly tracePairs: readonly string[];
 }
 
 function interleave(baseline: Scenario, products: readonly Scenario[], withBaseline: boolean): Scenario[] {
@@ -45,9 +46,9 @@ export function makePlan(opts: RunOptions): Plan {
   const rss = wants(opts, 'rss');
   const claim = wants(opts, 'claim');
   const pair = wants(opts, 'pair');
-  const tracePair = wants(opts, 'trace-pair');
+  const tracePairs = ['trace-pair-newkey', 'trace-pair-replay'].filter((id) => wants(opts, id));
   const servers = new Set<ServerId>(steps.map((s) => s.scenario.server));
   servers.add('upstream');
   const scenarios = groups.flatMap((g) => (g.run ? [g.baseline, ...g.products] : []));
-  return { steps, scenarios, servers, rss, claim, pair, tracePair };
+  return { steps, scenarios, servers, rss, claim, pair, tracePairs };
 }

@@ -192,13 +192,15 @@ export const OTHER_SCENARIOS: readonly Scenario[] = Object.entries(OTHER_OF).map
 });
 
 /** Sections that are not load runs. */
-export const EXTRAS = ['rss', 'claim', 'pair', 'trace-pair'] as const;
+export const EXTRAS = ['rss', 'claim', 'pair', 'trace-pair-newkey', 'trace-pair-replay'] as const;
 export type Extra = (typeof EXTRAS)[number];
 
 export const ALIASES: Readonly<Record<string, readonly string[]>> = {
   latency: ['baseline-1c', 'direct-1c', 'newkey-1c', 'replay-pg-1c', 'replay-redis-1c'],
   throughput: ['baseline', 'direct', 'pass', 'newkey', 'replay-pg', 'replay-redis', 'storm', 'embedded', 'pair'],
-  tracing: ['baseline', 'newkey', 'newkey-traced', 'replay-pg', 'replay-pg-traced', 'trace-pair'],
+  tracing: ['baseline', 'newkey', 'newkey-traced', 'replay-pg', 'replay-pg-traced', 'trace-pair-newkey', 'trace-pair-replay'],
+  // Tracing off and on side by side (run.ts, TRACE_PAIRS): new key and replay.
+  'trace-pair': ['trace-pair-newkey', 'trace-pair-replay'],
   profiles: ['baseline', 'newkey', 'newkey-stripe', 'replay-pg', 'replay-pg-stripe'],
   tls: ['baseline-tls', 'newkey-tls', 'replay-pg-tls', 'baseline-h2', 'newkey-h2', 'replay-pg-h2'],
   reference: ['baseline', 'pass', 'replay-pg', 'replay-pg-reference'],

@@ -61,7 +61,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
   let databaseUrl: string | null = null;
   let dbError: string | null = null;
   let commitProbe: Fleet['commitProbe'] = null;
-  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-pg-tls') || plan.servers.has('proxy-pg-other') || plan.servers.has('proxy-pg-traced') || plan.servers.has('proxy-redis') || plan.rss || plan.pair || plan.tracePair) {
+  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-pg-tls') || plan.servers.has('proxy-pg-other') || plan.servers.has('proxy-pg-traced') || plan.servers.has('proxy-redis') || plan.rss || plan.pair || plan.tracePairs.length > 0) {
     try {
       databaseUrl = await recreateDatabase(ctx.opts.adminUrl, ctx.opts.dbName);
       ctx.log(`database ${ctx.opts.dbName} created fresh`);

@@ -57,6 +57,22 @@ describe('bench plan: a baseline per protocol', () => {
   });
 });
 
+describe('bench plan: the tracing pairs', () => {
+  test('--only trace-pair runs both pairs; each can be asked for alone; no load rows come with them', () => {
+    assert.deepEqual(planOf('trace-pair').tracePairs, ['trace-pair-newkey', 'trace-pair-replay']);
+    assert.deepEqual(planOf('trace-pair-replay').tracePairs, ['trace-pair-replay']);
+    assert.deepEqual(planOf('trace-pair-replay').steps, []);
+    assert.deepEqual(planOf('tracing').tracePairs, ['trace-pair-newkey', 'trace-pair-replay']);
+    assert.deepEqual(planOf('pair').tracePairs, []);
+  });
+
+  test('BENCH_TRACE_ENV gives the traced proxy more environment, and a malformed item is refused by name', () => {
+    const opts = parseRunOptions([], { BENCH_LOAD: 'autocannon', BENCH_TRACE_ENV: 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE=512, OTEL_TRACES_SAMPLER=always_off' });
+    assert.deepEqual(opts.traceEnv, { OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '512', OTEL_TRACES_SAMPLER: 'always_off' });
+    assert.throws(() => parseRunOptions([], { BENCH_LOAD: 'autocannon', BENCH_TRACE_ENV: 'batch 512' }), /BENCH_TRACE_ENV: "batch 512" is not NAME=value/);
+  });
+});
+
 describe('h2load', () => {
   test('its summary is read', () => {
     const c = parseH2loadOutput([
