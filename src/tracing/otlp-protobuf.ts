@@ -60,6 +60,10 @@ const SCOPE_VERSION = tag(2, LEN);
 const FLAGS_HAS_IS_REMOTE = 0x100;
 const FLAGS_IS_REMOTE = 0x200;
 
+/** The value of each lower-case hex digit by its character code. */
+const NIBBLE = new Uint8Array(128);
+for (let i = 0; i < 16; i++) NIBBLE['0123456789abcdef'.charCodeAt(i)] = i;
+
 const varintLength = (n: number): number => (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5);
 
 /** A growing buffer with protobuf's primitives (unsigned 32-bit varints, fixed 32/64, length-delimited fields). */
@@ -119,10 +123,13 @@ class Wire {
     this.pos += this.buf.write(s, this.pos, n, 'utf8');
   }
 
-  /** Hex digits as bytes (ids). */
+  /** Lower-case hex digits as bytes (ids, already validated): in JS, not through Buffer#write's call into C++. */
   hex(s: string, bytes: number): void {
-    this.buf[this.pos++] = bytes;
-    this.pos += this.buf.write(s, this.pos, bytes, 'hex');
+    const b = this.buf;
+    let p = this.pos;
+    b[p++] = bytes;
+    for (let i = 0; i < bytes * 2; i += 2) b[p++] = (NIBBLE[s.charCodeAt(i)]! << 4) | NIBBLE[s.charCodeAt(i + 1)]!;
+    this.pos = p;
   }
 
   word(w: number): void {

@@ -41,7 +41,7 @@ function cases(): Case[] {
   child.setAttribute('idempotency.claim', 'claimed');
   const root = new TraceSpan({ record: () => {} }, -0x7fffffff, 0, 42, -5, 1, 2, 0, 0, false, null, 'x', SERVER, 0.001);
   const big = new TraceSpan({ record: () => {} }, 9, 8, 7, 6, 5, 4, 0, 0, false, null, 'GET /ünïcode', SERVER, 99_999_999.5);
-  const link: SpanRef = { traceId: 'f'.repeat(31) + 'e', spanId: '00000000000000a1', sampled: true, traceState: null };
+  const link: SpanRef = { traceId: '0123456789abcdeffedcba9876543210', spanId: '00000000000000a1', sampled: true, traceState: null };
   return [
     {
       span: server, endMs: 1260.000999,
