@@ -72,10 +72,17 @@ function envelope(config: TracingConfig, env: NodeJS.ProcessEnv): Envelope {
 }
 
 /**
- * The batch processor's variables: batches of 512 (OTEL_BSP_MAX_EXPORT_BATCH_SIZE), sent at least every
- * 5 s (OTEL_BSP_SCHEDULE_DELAY), and a queue of 16 384 spans unless OTEL_BSP_MAX_QUEUE_SIZE says otherwise
- * (the SDK's 2 048 is a tenth of a second of spans at 5 000 requests a second: one slow export would drop spans).
+ * The batch processor's variables, with two defaults of our own (docs/operations.md, Tracing: batching):
+ * requests of up to 4 096 spans (OTEL_BSP_MAX_EXPORT_BATCH_SIZE; the SDK's 512), sent at least every 5 s
+ * (OTEL_BSP_SCHEDULE_DELAY), and a queue of 16 384 spans (OTEL_BSP_MAX_QUEUE_SIZE; the SDK's 2 048).
+ * Every export costs the proxy a fixed amount of CPU whatever its size — an HTTP request on its event loop,
+ * about 0.5 ms on the reference machine — so at 5 000 requests a second, 512 spans a request was 20 to 40
+ * exports a second and about 4 % of a replay's CPU; and 2 048 queued spans are a tenth of a second of spans,
+ * which one slow export would have dropped.
  */
+export const DEFAULT_MAX_EXPORT_BATCH = 4_096;
+export const DEFAULT_MAX_QUEUE = 16_384;
+
 function batchOptions(env: NodeJS.ProcessEnv): { maxQueue: number; maxBatch: number; delayMs: number } {
   const read = (name: string, fallback: number): number => {
     const raw = env[name];
@@ -84,8 +91,8 @@ function batchOptions(env: NodeJS.ProcessEnv): { maxQueue: number; maxBatch: num
     if (!Number.isInteger(n) || n <= 0) throw new Error(`${name}=${raw}: a whole number above 0`);
     return n;
   };
-  const maxQueue = read('OTEL_BSP_MAX_QUEUE_SIZE', 16_384);
-  return { maxQueue, maxBatch: Math.min(read('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', 512), maxQueue), delayMs: read('OTEL_BSP_SCHEDULE_DELAY', 5_000) };
+  const maxQueue = read('OTEL_BSP_MAX_QUEUE_SIZE', DEFAULT_MAX_QUEUE);
+  return { maxQueue, maxBatch: Math.min(read('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', DEFAULT_MAX_EXPORT_BATCH), maxQueue), delayMs: read('OTEL_BSP_SCHEDULE_DELAY', 5_000) };
 }
 
 /** A request the recorder has encoded, as the export delegate's "internal representation". */

@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import type { TracingConfig } from '../../src/config/types.js';
 import type { RequestContext } from '../../src/lifecycle/context.js';
 import { samplerFrom } from '../../src/tracing/sampler.js';
-import { startTracing, type StartedTracing } from '../../src/tracing/start.js';
+import { DEFAULT_MAX_EXPORT_BATCH, startTracing, type StartedTracing } from '../../src/tracing/start.js';
 import { startReceiver, type Receiver } from '../helpers/otlp.js';
 
 // The recorder and its sampler through startTracing (src/tracing/start.ts),
@@ -63,6 +63,21 @@ describe('the span recorder', () => {
     await t.shutdown();
     assert.equal(receiver.spans.length, 10, 'the shutdown sends the rest');
     assert.deepEqual(losses, []);
+  });
+
+  test('by default a request carries up to 4 096 spans, and a batch that outgrows its first buffer arrives whole', async () => {
+    const receiver = await startReceiver();
+    receivers.push(receiver);
+    const t = startTracing(config(receiver.url), { onLoss: () => {} }, { OTEL_BSP_SCHEDULE_DELAY: '60000' });
+    serve(t, DEFAULT_MAX_EXPORT_BATCH + 10);
+    await until('the first request', () => receiver.spans.length > 0);
+    assert.equal(DEFAULT_MAX_EXPORT_BATCH, 4096);
+    assert.equal(receiver.contentTypes.length, 1, 'one request for the first 4 096 spans');
+    assert.equal(receiver.spans.length, DEFAULT_MAX_EXPORT_BATCH);
+    // About 160 bytes a span here: the request grew past the encoder's first 128 KiB buffer.
+    assert.equal(new Set(receiver.spans.map((s) => s.spanId)).size, DEFAULT_MAX_EXPORT_BATCH, 'every span decoded, none twice');
+    await t.shutdown();
+    assert.equal(receiver.spans.length, DEFAULT_MAX_EXPORT_BATCH + 10, 'the shutdown sends the rest');
   });
 
   test('a full queue drops spans, says how many, and never holds a request', async () => {
