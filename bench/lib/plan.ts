@@ -4,7 +4,7 @@
 // between two baseline runs and is compared with their mean (bench/README.md,
 // Method: baseline, product, baseline, product…).
 import { wants, type RunOptions } from './options.js';
-import { BASELINES, OTHER_SCENARIOS, SCENARIOS, baselineOf, type Scenario, type ServerId } from './scenarios.js';
+import { ALIASES, BASELINES, OTHER_SCENARIOS, SCENARIOS, baselineOf, type Scenario, type ServerId } from './scenarios.js';
 
 export interface Step {
   readonly scenario: Scenario;
@@ -46,7 +46,7 @@ export function makePlan(opts: RunOptions): Plan {
   const rss = wants(opts, 'rss');
   const claim = wants(opts, 'claim');
   const pair = wants(opts, 'pair');
-  const tracePairs = ['trace-pair-newkey', 'trace-pair-replay'].filter((id) => wants(opts, id));
+  const tracePairs = ALIASES['trace-pair']!.filter((id) => wants(opts, id));
   const servers = new Set<ServerId>(steps.map((s) => s.scenario.server));
   servers.add('upstream');
   const scenarios = groups.flatMap((g) => (g.run ? [g.baseline, ...g.products] : []));
