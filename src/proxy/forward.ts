@@ -1,6 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { upstreamRequestHeaders, withoutTraceContext } from './headers.js';
+import { upstreamRequestHeaders } from './headers.js';
 import type { Upstream } from './upstream.js';
 
 // What goes upstream: the request headers (headers.ts rules) from what the
@@ -14,13 +14,15 @@ export function forwardHeaders(req: IncomingMessage, body: Buffer | IncomingMess
     clientIp: socket.remoteAddress ?? '',
     proto: (socket as { encrypted?: boolean }).encrypted ? 'https' : 'http',
     host: req.headers.host,
-  }, Buffer.isBuffer(body));
-  if (extra !== null) {
-    // The proxy's own trace context (docs/operations.md, Tracing) replaces the client's.
-    for (let i = 0; i < extra.length; i += 2) if (extra[i] === 'traceparent') return withoutTraceContext(headers).concat(extra);
-    for (const h of extra) headers.push(h);
-  }
+  }, Buffer.isBuffer(body), extra !== null && sendsTraceContext(extra));
+  if (extra !== null) for (const h of extra) headers.push(h);
   return headers;
+}
+
+/** Whether the proxy adds its own traceparent (docs/operations.md, Tracing): it replaces the client's. */
+function sendsTraceContext(extra: readonly string[]): boolean {
+  for (let i = 0; i < extra.length; i += 2) if (extra[i] === 'traceparent') return true;
+  return false;
 }
 
 /** Sends `req` upstream with `body`; `handler` gets the answer (a synchronous refusal too, as onError). */

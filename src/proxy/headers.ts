@@ -85,14 +85,17 @@ export function compileStoredHeaders(add: readonly string[], drop: readonly stri
   };
 }
 
+/** W3C Trace Context: replaced when the proxy sends its own span as the upstream's parent. */
+const TRACE_CONTEXT = ['traceparent', 'tracestate'] as const;
+
 /**
  * The lengths of every header name a forwarding rule looks at (hop-by-hop,
- * X-Forwarded-*, Expect, Content-Length). A name of any other length is passed
+ * X-Forwarded-*, Expect, Content-Length, Idempotency-Claim, Trace Context). A name of any other length is passed
  * on as it is, without lowercasing and looking it up: most headers.
  */
 const WATCHED_LENGTHS: readonly boolean[] = (() => {
   const out: boolean[] = [];
-  for (const n of [...HOP_BY_HOP, 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'expect', 'content-length', CLAIM_HEADER]) out[n.length] = true;
+  for (const n of [...HOP_BY_HOP, 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'expect', 'content-length', CLAIM_HEADER, ...TRACE_CONTEXT]) out[n.length] = true;
   for (let i = 0; i < out.length; i++) out[i] ??= false;
   return out;
 })();
@@ -123,11 +126,12 @@ export interface ForwardInfo {
 
 /**
  * Request headers for the upstream: hop-by-hop removed, X-Forwarded-* added,
- * a client's Idempotency-Claim removed, everything else (the idempotency key
- * included) passed on untouched.
+ * a client's Idempotency-Claim removed, the client's traceparent and
+ * tracestate removed when the proxy sends its own (`ownTraceContext`),
+ * everything else (the idempotency key included) passed on untouched.
  * rawHeaders keeps repeated lines and original case.
  */
-export function upstreamRequestHeaders(raw: readonly string[], headers: IncomingHttpHeaders, info: ForwardInfo, dropBodyFraming: boolean): string[] {
+export function upstreamRequestHeaders(raw: readonly string[], headers: IncomingHttpHeaders, info: ForwardInfo, dropBodyFraming: boolean, ownTraceContext = false): string[] {
   const conn = connectionTokens(headers.connection);
   const out: string[] = [];
   let xff: string | undefined;
@@ -149,22 +153,13 @@ export function upstreamRequestHeaders(raw: readonly string[], headers: Incoming
     if (lower === 'expect') continue;
     if (dropBodyFraming && lower === 'content-length') continue;
     if (lower === CLAIM_HEADER) continue;
+    if (ownTraceContext && (lower === 'traceparent' || lower === 'tracestate')) continue;
     out.push(name, raw[i + 1]!);
   }
   out.push('x-forwarded-for', xff === undefined ? info.clientIp : `${xff}, ${info.clientIp}`);
   out.push('x-forwarded-proto', (headers['x-forwarded-proto'] as string | undefined) ?? info.proto);
   const host = (headers['x-forwarded-host'] as string | undefined) ?? info.host;
   if (host !== undefined) out.push('x-forwarded-host', host);
-  return out;
-}
-
-/** The headers without traceparent/tracestate, when the proxy sends its own span as the parent. */
-export function withoutTraceContext(headers: readonly string[]): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < headers.length; i += 2) {
-    const lower = headers[i]!.toLowerCase();
-    if (lower !== 'traceparent' && lower !== 'tracestate') out.push(headers[i]!, headers[i + 1]!);
-  }
   return out;
 }
 

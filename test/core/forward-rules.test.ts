@@ -44,3 +44,14 @@ test('request headers: a client-sent Idempotency-Claim is removed, in any case a
   const out2 = upstreamRequestHeaders([...raw, 'Connection', 'x-other'], { host: 'a', connection: 'x-other' }, { clientIp: '10.0.0.1', proto: 'http', host: 'a' }, false);
   assert.ok(!out2.some((v, i) => i % 2 === 0 && v.toLowerCase() === 'idempotency-claim'));
 });
+
+test('request headers: the client\'s traceparent and tracestate are removed, in any case, only when the proxy sends its own', () => {
+  const raw = ['Host', 'a', 'Traceparent', '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', 'TRACESTATE', 'v=1', 'tracestate', 'w=2', 'X-A', '1'];
+  const info = { clientIp: '10.0.0.1', proto: 'http', host: 'a' };
+  const names = (out: string[]): string[] => out.filter((_, i) => i % 2 === 0);
+  assert.deepEqual(names(upstreamRequestHeaders(raw, { host: 'a' }, info, false, true)), ['Host', 'X-A', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host']);
+  assert.deepEqual(names(upstreamRequestHeaders(raw, { host: 'a' }, info, false)), ['Host', 'Traceparent', 'TRACESTATE', 'tracestate', 'X-A', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host']);
+  // With a Connection header the slow path runs: the same rule.
+  const slow = upstreamRequestHeaders([...raw, 'Connection', 'x-other'], { host: 'a', connection: 'x-other' }, info, false, true);
+  assert.deepEqual(names(slow), ['Host', 'X-A', 'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host']);
+});
