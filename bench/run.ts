@@ -193,23 +193,24 @@ const TRACE_PAIRS: readonly PairShape[] = [
     title: 'Tracing side by side, replay from PostgreSQL: the same proxy with tracing off and on' },
 ];
 
-/** How the traced side of the pairs traces, for their titles: its sampler and any BENCH_TRACE_ENV setting. */
-function tracedSetting(ctx: BenchContext, env: NodeJS.ProcessEnv): string {
+/** How the traced side of the pairs traces, for their titles: its sampler, its protocol, BENCH_TRACE_ENV's other settings. */
+function tracedSetting(env: NodeJS.ProcessEnv, extra: Readonly<Record<string, string>>): string {
   const sampler = env['OTEL_TRACES_SAMPLER'] ?? 'always_on';
   const arg = env['OTEL_TRACES_SAMPLER_ARG'] ?? '';
-  const extra = Object.entries(ctx.opts.traceEnv).filter(([k]) => !k.startsWith('OTEL_TRACES_SAMPLER') && k !== 'OTEL_EXPORTER_OTLP_PROTOCOL').map(([k, v]) => `, ${k}=${v}`).join('');
-  const protocol = env['OTEL_EXPORTER_OTLP_PROTOCOL'] ?? 'http/protobuf';
-  return ` (${sampler === 'always_on' ? 'every request sampled' : `sampler ${sampler}${arg === '' ? '' : ` ${arg}`}`}, OTLP ${protocol} to a sink${extra})`;
+  const sampling = sampler === 'always_on' ? 'every request sampled' : `sampler ${sampler}${arg === '' ? '' : ` ${arg}`}`;
+  const more = Object.entries(extra).filter(([k]) => !k.startsWith('OTEL_TRACES_SAMPLER') && k !== 'OTEL_EXPORTER_OTLP_PROTOCOL');
+  return ` (${sampling}, OTLP ${env['OTEL_EXPORTER_OTLP_PROTOCOL'] ?? 'http/protobuf'} to a sink${more.map(([k, v]) => `, ${k}=${v}`).join('')})`;
 }
 
 /**
  * The tracing pairs: two proxies on the run's database, one with tracing off and one exporting its
- * spans to a sink of its own (BENCH_OTEL_* and BENCH_TRACE_ENV say how), each in front of an upstream of its own, started for the pairs
- * and stopped after them. The sink's CPU is counted with the traced side's upstream.
+ * spans to a sink of its own (BENCH_OTEL_* and BENCH_TRACE_ENV say how), each in front of an upstream
+ * of its own, started for the pairs and stopped after them. The sink's CPU is counted with the traced
+ * side's upstream.
  */
 async function runTracePairs(ctx: BenchContext, databaseUrl: string | null, ids: readonly string[]): Promise<PairResult[]> {
   // The traced side's settings (its sink's address aside), for the titles.
-  const setting = tracedSetting(ctx, { ...tracedEnv(''), ...ctx.opts.traceEnv });
+  const setting = tracedSetting({ ...tracedEnv(''), ...ctx.opts.traceEnv }, ctx.opts.traceEnv);
   const shapes = TRACE_PAIRS.filter((s) => ids.includes(s.id)).map((s) => ({ ...s, title: s.title + setting }));
   if (databaseUrl === null) return shapes.map((s) => failedPair('no database for the tracing pair', s));
   return withSides(ctx, 'the tracing pair', async (start) => {

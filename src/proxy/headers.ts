@@ -90,8 +90,9 @@ const TRACE_CONTEXT = ['traceparent', 'tracestate'] as const;
 
 /**
  * The lengths of every header name a forwarding rule looks at (hop-by-hop,
- * X-Forwarded-*, Expect, Content-Length, Idempotency-Claim, Trace Context). A name of any other length is passed
- * on as it is, without lowercasing and looking it up: most headers.
+ * X-Forwarded-*, Expect, Content-Length, Idempotency-Claim, Trace Context).
+ * A name of any other length is passed on as it is, without lowercasing and
+ * looking it up: most headers.
  */
 const WATCHED_LENGTHS: readonly boolean[] = (() => {
   const out: boolean[] = [];

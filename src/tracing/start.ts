@@ -81,7 +81,7 @@ function envelope(config: TracingConfig, env: NodeJS.ProcessEnv): Envelope {
  * which one slow export would have dropped.
  */
 export const DEFAULT_MAX_EXPORT_BATCH = 4_096;
-export const DEFAULT_MAX_QUEUE = 16_384;
+const DEFAULT_MAX_QUEUE = 16_384;
 
 function batchOptions(env: NodeJS.ProcessEnv): { maxQueue: number; maxBatch: number; delayMs: number } {
   const read = (name: string, fallback: number): number => {

@@ -20,6 +20,8 @@ export interface Receiver {
   spans: OtlpSpan[];
   /** "<method> <path> <content-type>" of every export received. */
   contentTypes: string[];
+  /** The body's size in bytes of every export received, in the same order. */
+  sizes: number[];
   close(): Promise<void>;
 }
 
@@ -27,6 +29,7 @@ export interface Receiver {
 export async function startReceiver(opts: { delayMs?: number } = {}): Promise<Receiver> {
   const spans: OtlpSpan[] = [];
   const contentTypes: string[] = [];
+  const sizes: number[] = [];
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -34,6 +37,7 @@ export async function startReceiver(opts: { delayMs?: number } = {}): Promise<Re
       const type = req.headers['content-type'] ?? '';
       contentTypes.push(`${req.method} ${req.url} ${type}`);
       const body = Buffer.concat(chunks);
+      sizes.push(body.length);
       if (type.startsWith('application/x-protobuf')) {
         spans.push(...decodeProtobufRequest(body));
         res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
@@ -47,7 +51,7 @@ export async function startReceiver(opts: { delayMs?: number } = {}): Promise<Re
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
   const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, spans, contentTypes, close: () => new Promise((r) => server.close(() => r())) };
+  return { url: `http://127.0.0.1:${port}`, spans, contentTypes, sizes, close: () => new Promise((r) => server.close(() => r())) };
 }
 
 /** The value of a span attribute (string, bool, int as a string or number, double), or undefined. */

@@ -74,7 +74,8 @@ describe('the span recorder', () => {
     assert.equal(DEFAULT_MAX_EXPORT_BATCH, 4096);
     assert.equal(receiver.contentTypes.length, 1, 'one request for the first 4 096 spans');
     assert.equal(receiver.spans.length, DEFAULT_MAX_EXPORT_BATCH);
-    // About 160 bytes a span here: the request grew past the encoder's first 128 KiB buffer.
+    // About 290 bytes a span here: the request grew past the encoder's first 128 KiB buffer, and arrived whole.
+    assert.ok(receiver.sizes[0]! > 1 << 17, `the request outgrew 128 KiB: ${receiver.sizes[0]} bytes`);
     assert.equal(new Set(receiver.spans.map((s) => s.spanId)).size, DEFAULT_MAX_EXPORT_BATCH, 'every span decoded, none twice');
     await t.shutdown();
     assert.equal(receiver.spans.length, DEFAULT_MAX_EXPORT_BATCH + 10, 'the shutdown sends the rest');
