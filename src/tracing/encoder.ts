@@ -1,4 +1,4 @@
-import type { AttributeValue, SpanRef, TraceSpan } from './span.js';
+import type { AttributeValue, SpanLink, TraceSpan } from './span.js';
 
 // What the recorder writes an ended span into: the export request being
 // built, in OTLP/protobuf (src/tracing/otlp-protobuf.ts) or OTLP/JSON
@@ -14,7 +14,11 @@ export interface SpanEncoder {
   attr(key: string, value: AttributeValue): void;
   /** The same, for a value of a small set (a method, a route name, an outcome): its encoding is kept and reused. */
   attrOf(key: string, value: string | boolean): void;
-  link(ref: SpanRef, key: string, value: string): void;
+  /** Attributes whose values come from small sets (a method, a route name, an outcome), encoded once for attrs(). */
+  compile(attrs: ReadonlyArray<readonly [string, string | boolean]>): CompiledAttributes;
+  /** Attributes compile() encoded. */
+  attrs(compiled: CompiledAttributes): void;
+  link(ref: SpanLink, key: string, value: string): void;
   /** An error status with its message. */
   error(message: string): void;
   close(): void;
@@ -22,6 +26,11 @@ export interface SpanEncoder {
   take(): Uint8Array;
   /** A request take() returned, sent and done with: its memory may be written into again. */
   recycle(body: Uint8Array): void;
+}
+
+/** What an encoder's compile() returns: its own encoding of a list of attributes, opaque to the rest. */
+export interface CompiledAttributes {
+  readonly compiled: true;
 }
 
 /** The resource and instrumentation scope every request carries. */
@@ -53,8 +62,15 @@ export class Clock {
       lo -= 4294967296;
       hi += 1;
     }
-    buf.writeUInt32LE(lo, pos);
-    buf.writeUInt32LE(hi, pos + 4);
+    // Byte by byte: Buffer#writeUInt32LE checks its arguments on every call.
+    buf[pos] = lo;
+    buf[pos + 1] = lo >>> 8;
+    buf[pos + 2] = lo >>> 16;
+    buf[pos + 3] = lo >>> 24;
+    buf[pos + 4] = hi;
+    buf[pos + 5] = hi >>> 8;
+    buf[pos + 6] = hi >>> 16;
+    buf[pos + 7] = hi >>> 24;
   }
 
   /** The same as a decimal string (OTLP/JSON). */

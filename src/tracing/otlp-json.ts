@@ -1,5 +1,5 @@
-import { Clock, type Envelope, type SpanEncoder } from './encoder.js';
-import type { AttributeValue, SpanRef, TraceSpan } from './span.js';
+import { Clock, type CompiledAttributes, type Envelope, type SpanEncoder } from './encoder.js';
+import { hex, type AttributeValue, type SpanLink, type TraceSpan } from './span.js';
 
 // OTLP/JSON (tracing.protocol: http/json): the same request as
 // src/tracing/otlp-protobuf.ts in the protobuf JSON mapping OTLP specifies
@@ -7,7 +7,6 @@ import type { AttributeValue, SpanRef, TraceSpan } from './span.js';
 // numbers). Each ended span becomes one JSON text; take() joins them inside
 // the envelope, whose text is built once.
 
-const hex = (w: number): string => (w >>> 0).toString(16).padStart(8, '0');
 
 function anyValue(value: AttributeValue): string {
   if (typeof value === 'string') return `{"stringValue":${JSON.stringify(value)}}`;
@@ -24,7 +23,7 @@ export class JsonSpans implements SpanEncoder {
   private readonly after = ']}]}]}';
   // The span being written: its fields so far, its attributes, its link and status.
   private text = '';
-  private attrs = '';
+  private attrText = '';
   private tail = '';
 
   constructor(envelope: Envelope, private readonly clock = new Clock()) {
@@ -44,23 +43,32 @@ export class JsonSpans implements SpanEncoder {
     this.text = `{"traceId":"${hex(span.t0)}${hex(span.t1)}${hex(span.t2)}${hex(span.t3)}","spanId":"${hex(span.s0)}${hex(span.s1)}"${state}${parent},`
       + `"flags":${flags},"name":${JSON.stringify(span.name)},"kind":${span.kind},`
       + `"startTimeUnixNano":"${this.clock.decimal(span.start)}","endTimeUnixNano":"${this.clock.decimal(endMs)}"`;
-    this.attrs = '';
+    this.attrText = '';
     this.tail = '';
     const attrs = span.attrs;
     if (attrs !== null) for (let i = 0; i < attrs.length; i += 2) this.attr(attrs[i] as string, attrs[i + 1]!);
   }
 
   attr(key: string, value: AttributeValue): void {
-    this.attrs += (this.attrs === '' ? '' : ',') + keyValue(key, value);
+    this.attrText += (this.attrText === '' ? '' : ',') + keyValue(key, value);
   }
 
   attrOf(key: string, value: string | boolean): void {
     this.attr(key, value);
   }
 
-  link(ref: SpanRef, key: string, value: string): void {
+  compile(attrs: ReadonlyArray<readonly [string, string | boolean]>): CompiledAttributes {
+    return { compiled: true, json: attrs.map(([key, value]) => keyValue(key, value)).join(',') } as CompiledAttributes;
+  }
+
+  attrs(compiled: CompiledAttributes): void {
+    const json = (compiled as CompiledAttributes & { json: string }).json;
+    this.attrText += (this.attrText === '' ? '' : ',') + json;
+  }
+
+  link(ref: SpanLink, key: string, value: string): void {
     const state = ref.traceState === null ? '' : `,"traceState":${JSON.stringify(ref.traceState)}`;
-    this.tail += `,"links":[{"traceId":"${ref.traceId}","spanId":"${ref.spanId}"${state},"attributes":[${keyValue(key, value)}],"flags":${(ref.sampled ? 1 : 0) | 0x300}}]`;
+    this.tail += `,"links":[{"traceId":"${hex(ref.t0)}${hex(ref.t1)}${hex(ref.t2)}${hex(ref.t3)}","spanId":"${hex(ref.s0)}${hex(ref.s1)}"${state},"attributes":[${keyValue(key, value)}],"flags":${(ref.sampled ? 1 : 0) | 0x300}}]`;
   }
 
   error(message: string): void {
@@ -68,7 +76,7 @@ export class JsonSpans implements SpanEncoder {
   }
 
   close(): void {
-    this.spans.push(`${this.text},"attributes":[${this.attrs}]${this.tail}}`);
+    this.spans.push(`${this.text},"attributes":[${this.attrText}]${this.tail}}`);
   }
 
   recycle(): void {

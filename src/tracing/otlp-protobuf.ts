@@ -1,5 +1,5 @@
-import { Clock, type Envelope, type SpanEncoder } from './encoder.js';
-import type { AttributeValue, SpanRef, TraceSpan } from './span.js';
+import { Clock, type CompiledAttributes, type Envelope, type SpanEncoder } from './encoder.js';
+import type { AttributeValue, SpanLink, TraceSpan } from './span.js';
 
 // OTLP/protobuf: the export request (ExportTraceServiceRequest, from
 // opentelemetry/proto/collector/trace/v1 and trace/v1/trace.proto) written
@@ -60,10 +60,6 @@ const SCOPE_VERSION = tag(2, LEN);
 const FLAGS_HAS_IS_REMOTE = 0x100;
 const FLAGS_IS_REMOTE = 0x200;
 
-/** The value of each lower-case hex digit by its character code. */
-const NIBBLE = new Uint8Array(128);
-for (let i = 0; i < 16; i++) NIBBLE['0123456789abcdef'.charCodeAt(i)] = i;
-
 const varintLength = (n: number): number => (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5);
 
 /** A growing buffer with protobuf's primitives (unsigned 32-bit varints, fixed 32/64, length-delimited fields). */
@@ -123,15 +119,6 @@ class Wire {
     this.pos += this.buf.write(s, this.pos, n, 'utf8');
   }
 
-  /** Lower-case hex digits as bytes (ids, already validated): in JS, not through Buffer#write's call into C++. */
-  hex(s: string, bytes: number): void {
-    const b = this.buf;
-    let p = this.pos;
-    b[p++] = bytes;
-    for (let i = 0; i < bytes * 2; i += 2) b[p++] = (NIBBLE[s.charCodeAt(i)]! << 4) | NIBBLE[s.charCodeAt(i + 1)]!;
-    this.pos = p;
-  }
-
   word(w: number): void {
     const b = this.buf;
     const p = this.pos;
@@ -150,8 +137,13 @@ class Wire {
   }
 
   fixed32(n: number): void {
-    this.buf.writeUInt32LE(n, this.pos);
-    this.pos += 4;
+    const b = this.buf;
+    const p = this.pos;
+    b[p] = n;
+    b[p + 1] = n >>> 8;
+    b[p + 2] = n >>> 16;
+    b[p + 3] = n >>> 24;
+    this.pos = p + 4;
   }
 
   /** A length-delimited field's start: one byte kept for its length (most are short). */
@@ -207,15 +199,20 @@ class Wire {
 class Keys {
   private readonly keys = new Map<string, Buffer>();
   private readonly pairs = new Map<string, Map<string | boolean, Buffer>>();
+  private readonly linkPairs = new Map<string, Map<string | boolean, Buffer>>();
 
-  /** The span attribute field (tag, length, key, value) of key = value. At most 64 values a key are kept. */
-  pair(key: string, value: string | boolean): Buffer {
-    let values = this.pairs.get(key);
-    if (values === undefined) this.pairs.set(key, (values = new Map()));
+  /**
+   * The attribute field (tag, length, key, value) of key = value: a span's, or with LINK_ATTRIBUTE a link's.
+   * At most 64 values a key are kept.
+   */
+  pair(key: string, value: string | boolean, fieldTag: number = SPAN_ATTRIBUTE): Buffer {
+    const pairs = fieldTag === SPAN_ATTRIBUTE ? this.pairs : this.linkPairs;
+    let values = pairs.get(key);
+    if (values === undefined) pairs.set(key, (values = new Map()));
     let encoded = values.get(value);
     if (encoded === undefined) {
       const w = new Wire(64 + (typeof value === 'string' ? value.length * 3 : 0));
-      w.keyValue(SPAN_ATTRIBUTE, this.get(key), value);
+      w.keyValue(fieldTag, this.get(key), value);
       encoded = Buffer.from(w.buf.subarray(0, w.pos));
       if (values.size < 64) values.set(value, encoded);
     }
@@ -329,20 +326,34 @@ export class ProtobufSpans implements SpanEncoder {
     this.wire.bytes(this.keys.pair(key, value));
   }
 
-  link(ref: SpanRef, key: string, value: string): void {
+  compile(attrs: ReadonlyArray<readonly [string, string | boolean]>): CompiledAttributes {
+    return Buffer.concat(attrs.map(([key, value]) => this.keys.pair(key, value))) as unknown as CompiledAttributes;
+  }
+
+  attrs(compiled: CompiledAttributes): void {
+    this.wire.bytes(compiled as unknown as Buffer);
+  }
+
+  link(ref: SpanLink, key: string, value: string): void {
     const w = this.wire;
-    w.room(48 + (ref.traceState === null ? 0 : ref.traceState.length + 6));
+    w.room(48 + (ref.traceState === null ? 0 : ref.traceState.length * 3 + 6));
     w.byte(SPAN_LINK);
     const at = w.open();
     w.byte(LINK_TRACE_ID);
-    w.hex(ref.traceId, 16);
+    w.byte(16);
+    w.word(ref.t0);
+    w.word(ref.t1);
+    w.word(ref.t2);
+    w.word(ref.t3);
     w.byte(LINK_SPAN_ID);
-    w.hex(ref.spanId, 8);
+    w.byte(8);
+    w.word(ref.s0);
+    w.word(ref.s1);
     if (ref.traceState !== null) {
       w.byte(LINK_TRACE_STATE);
       w.string(ref.traceState);
     }
-    w.keyValue(LINK_ATTRIBUTE, this.keys.get(key), value);
+    w.bytes(this.keys.pair(key, value, LINK_ATTRIBUTE));
     w.room(5);
     w.byte(LINK_FLAGS);
     w.fixed32((ref.sampled ? 1 : 0) | FLAGS_HAS_IS_REMOTE | FLAGS_IS_REMOTE); // another request's span: remote

@@ -20,6 +20,22 @@ export interface SpanRef {
   readonly traceState: string | null;
 }
 
+/** A span a replay's span links to (the execution it replays), its ids as 32-bit words like a TraceSpan's. */
+export interface SpanLink {
+  readonly t0: number; readonly t1: number; readonly t2: number; readonly t3: number;
+  readonly s0: number; readonly s1: number;
+  readonly sampled: boolean;
+  readonly traceState: string | null;
+}
+
+/** A SpanRef (hex ids, as the W3C propagator reads them) as a link. */
+export function linkOf(ref: SpanRef): SpanLink {
+  return {
+    t0: word(ref.traceId, 0), t1: word(ref.traceId, 1), t2: word(ref.traceId, 2), t3: word(ref.traceId, 3),
+    s0: word(ref.spanId, 0), s1: word(ref.spanId, 1), sampled: ref.sampled, traceState: ref.traceState,
+  };
+}
+
 /** Where an ended child span goes: the recorder (src/tracing/recorder.ts). */
 export interface SpanSink {
   record(span: TraceSpan, endMs: number): void;
@@ -31,7 +47,8 @@ export class TraceSpan {
   /** The status message of a failed span; null: status unset. */
   error: string | null = null;
   /** The execution a replay links to. */
-  link: SpanRef | null = null;
+  link: SpanLink | null = null;
+  private tp: string | null = null;
 
   constructor(
     /** null: not sampled. The span still has ids (its trace context reaches the upstream) but records nothing. */
@@ -67,17 +84,63 @@ export class TraceSpan {
     if (this.sink !== null) this.sink.record(this, performance.now());
   }
 
-  /** `00-<trace id>-<span id>-<flags>`: this span as a parent (W3C Trace Context). */
+  /** `00-<trace id>-<span id>-<flags>`: this span as a parent (W3C Trace Context); made once (the upstream's header, the record's entry). */
   traceparent(): string {
-    return `00-${hex(this.t0)}${hex(this.t1)}${hex(this.t2)}${hex(this.t3)}-${hex(this.s0)}${hex(this.s1)}-0${this.sink === null ? 0 : 1}`;
+    return (this.tp ??= `00-${hex(this.t0)}${hex(this.t1)}${hex(this.t2)}${hex(this.t3)}-${hex(this.s0)}${hex(this.s1)}-0${this.sink === null ? 0 : 1}`);
   }
 }
 
-function hex(w: number): string {
-  return (w >>> 0).toString(16).padStart(8, '0');
+/** The character codes of the lower-case hex digits. */
+const DIGIT = Array.from('0123456789abcdef', (c) => c.charCodeAt(0));
+
+/**
+ * A 32-bit word as 8 lower-case hex digits. Made from character codes: Number#toString(16) takes about ten
+ * times as long (V8 converts through its general radix path), and a traceparent needs six of these.
+ */
+export function hex(w: number): string {
+  return String.fromCharCode(
+    DIGIT[(w >>> 28) & 15]!, DIGIT[(w >>> 24) & 15]!, DIGIT[(w >>> 20) & 15]!, DIGIT[(w >>> 16) & 15]!,
+    DIGIT[(w >>> 12) & 15]!, DIGIT[(w >>> 8) & 15]!, DIGIT[(w >>> 4) & 15]!, DIGIT[w & 15]!,
+  );
 }
 
 /** The four words of a 32-digit hex trace id, or the two of a 16-digit span id, at `at`. */
 export function word(id: string, at: number): number {
   return Number.parseInt(id.slice(at * 8, at * 8 + 8), 16) | 0;
+}
+
+/** The value of each lower-case hex digit by character code; 16 for every other character below 128. */
+const HEX = new Uint8Array(128).fill(16);
+for (let i = 0; i < 16; i++) HEX['0123456789abcdef'.charCodeAt(i)] = i;
+
+/** The 4 lower-case hex digits at `at` as a number (0 to 0xffff; small integers, never a boxed double); -1 if one is not such a digit. */
+function hex16(s: string, at: number): number {
+  let v = 0;
+  for (let i = at; i < at + 4; i++) {
+    const c = s.charCodeAt(i);
+    const n = c < 128 ? HEX[c]! : 16;
+    if (n === 16) return -1;
+    v = (v << 4) | n;
+  }
+  return v;
+}
+
+/**
+ * What TraceSpan.traceparent() writes — `00-<32 hex>-<16 hex>-0<0|1>`, lower-case, ids not all zero — read
+ * straight into words: the link of a replay to the execution whose record kept it. null for anything else.
+ */
+export function ownTraceparent(tp: string): SpanLink | null {
+  if (tp.length !== 55 || tp.charCodeAt(0) !== 48 || tp.charCodeAt(1) !== 48 || tp.charCodeAt(2) !== 45
+    || tp.charCodeAt(35) !== 45 || tp.charCodeAt(52) !== 45 || tp.charCodeAt(53) !== 48) return null;
+  const flag = tp.charCodeAt(54);
+  if (flag !== 48 && flag !== 49) return null;
+  const t0h = hex16(tp, 3), t0l = hex16(tp, 7), t1h = hex16(tp, 11), t1l = hex16(tp, 15);
+  const t2h = hex16(tp, 19), t2l = hex16(tp, 23), t3h = hex16(tp, 27), t3l = hex16(tp, 31);
+  const s0h = hex16(tp, 36), s0l = hex16(tp, 40), s1h = hex16(tp, 44), s1l = hex16(tp, 48);
+  // -1 anywhere: a character that is not a lower-case hex digit.
+  if ((t0h | t0l | t1h | t1l | t2h | t2l | t3h | t3l | s0h | s0l | s1h | s1l) < 0) return null;
+  const t0 = (t0h << 16) | t0l, t1 = (t1h << 16) | t1l, t2 = (t2h << 16) | t2l, t3 = (t3h << 16) | t3l;
+  const s0 = (s0h << 16) | s0l, s1 = (s1h << 16) | s1l;
+  if ((t0 | t1 | t2 | t3) === 0 || (s0 | s1) === 0) return null;
+  return { t0, t1, t2, t3, s0, s1, sampled: flag === 49, traceState: null };
 }

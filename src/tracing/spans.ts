@@ -2,10 +2,11 @@ import type { IncomingHttpHeaders } from 'node:http';
 import { reservedEntry, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import type { RequestContext } from '../lifecycle/context.js';
+import type { CompiledAttributes, SpanEncoder } from './encoder.js';
 import type { IdPool } from './ids.js';
 import type { Recorder } from './recorder.js';
 import type { Sampler } from './sampler.js';
-import { CLIENT, SERVER, TraceSpan, word, type SpanRef } from './span.js';
+import { CLIENT, linkOf, ownTraceparent, SERVER, TraceSpan, word, type SpanRef } from './span.js';
 
 // The request's spans (docs/operations.md, Tracing). Loaded with the rest of
 // src/tracing/ only when tracing is on: with tracing off the lifecycle holds
@@ -29,8 +30,42 @@ class SpanNames {
   }
 }
 
-/** What TraceSpan.traceparent() writes: version 00, ids that are not all zero, flags 00 or 01. */
-const OWN_TRACEPARENT = /^00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-0[01]$/;
+/**
+ * The server span's attributes whose values come from small sets — method, route, outcome, phase,
+ * replayed — encoded once per combination by the recorder's encoder. Under load most requests share
+ * theirs with the request before: that one is checked first.
+ */
+class FixedAttributes {
+  private readonly bySpanName = new Map<string, Map<string, Map<string, CompiledAttributes>>>();
+  private lastName = '';
+  private lastOutcome = '';
+  private lastPhase = '';
+  private last: CompiledAttributes | null = null;
+
+  get(enc: SpanEncoder, name: string, method: string, route: string, outcome: string, phase: string): CompiledAttributes {
+    if (name === this.lastName && outcome === this.lastOutcome && phase === this.lastPhase && this.last !== null) return this.last;
+    let byOutcome = this.bySpanName.get(name);
+    if (byOutcome === undefined && this.bySpanName.size < 1024) this.bySpanName.set(name, (byOutcome = new Map()));
+    let byPhase = byOutcome?.get(outcome);
+    if (byPhase === undefined && byOutcome !== undefined) byOutcome.set(outcome, (byPhase = new Map()));
+    let compiled = byPhase?.get(phase);
+    if (compiled === undefined) {
+      compiled = enc.compile([
+        ['http.request.method', method],
+        ['idempotency.route', route],
+        ['idempotency.outcome', outcome],
+        ['idempotency.phase', phase],
+        ['idempotency.replayed', outcome === 'replayed'],
+      ]);
+      byPhase?.set(phase, compiled);
+    }
+    this.lastName = name;
+    this.lastOutcome = outcome;
+    this.lastPhase = phase;
+    this.last = compiled;
+    return compiled;
+  }
+}
 
 const header = (headers: IncomingHttpHeaders, name: string): string | undefined => {
   const v = headers[name];
@@ -39,6 +74,7 @@ const header = (headers: IncomingHttpHeaders, name: string): string | undefined 
 
 export class RequestTracing {
   private readonly names = new SpanNames();
+  private readonly fixed = new FixedAttributes();
 
   constructor(
     private readonly recorder: Recorder,
@@ -73,7 +109,7 @@ export class RequestTracing {
     ctx.span = new TraceSpan(
       sampled ? this.recorder : null, t0, t1, t2, t3, s0, ids.lastWord(s0),
       parent === null ? 0 : word(parent.spanId, 0), parent === null ? 0 : word(parent.spanId, 1), parent !== null,
-      parent?.traceState ?? null, ctx.method, SERVER, performance.now(),
+      parent?.traceState ?? null, ctx.method, SERVER, ctx.start,
     );
   }
 
@@ -103,7 +139,7 @@ export class RequestTracing {
 
   /**
    * A replay's span links to the span of the execution it replays, when the record kept one. The entry is
-   * the proxy's own, written by TraceSpan.traceparent(): one exact format, checked by one compiled pattern
+   * the proxy's own, written by TraceSpan.traceparent(): one exact format, read straight into words
    * (anything else — an older or damaged record — goes to the W3C propagator, which rejects what is invalid).
    */
   linkReplay(ctx: RequestContext, rec: StoredResponse): void {
@@ -111,9 +147,12 @@ export class RequestTracing {
     if (!span.sampled) return;
     const tp = reservedEntry(rec.headers, TRACE_RECORD_HEADER);
     if (tp === null) return;
-    span.link = OWN_TRACEPARENT.test(tp)
-      ? { traceId: tp.slice(3, 35), spanId: tp.slice(36, 52), sampled: tp.charCodeAt(54) === 49, traceState: null }
-      : this.read(tp, undefined);
+    let link = ownTraceparent(tp);
+    if (link === null) {
+      const ref = this.read(tp, undefined);
+      if (ref !== null) link = linkOf(ref);
+    }
+    span.link = link;
   }
 
   /** Ends the server span with what the request's log line says: route, outcome, phase, hashed key, replayed. */
@@ -121,16 +160,11 @@ export class RequestTracing {
     const span = ctx.span!;
     if (!span.sampled) return;
     const route = ctx.route?.name ?? '(none)';
-    span.name = this.names.get(ctx.method, route);
+    const name = (span.name = this.names.get(ctx.method, route));
     const enc = this.recorder.open(span, performance.now());
     if (enc === null) return;
-    // Values of a small set (methods, route names, outcomes, phases) are encoded once and copied after.
-    enc.attrOf('http.request.method', ctx.method);
+    enc.attrs(this.fixed.get(enc, name, ctx.method, route, ctx.outcome, ctx.phase));
     enc.attr('url.path', ctx.path);
-    enc.attrOf('idempotency.route', route);
-    enc.attrOf('idempotency.outcome', ctx.outcome);
-    enc.attrOf('idempotency.phase', ctx.phase);
-    enc.attrOf('idempotency.replayed', ctx.outcome === 'replayed');
     if (ctx.key !== null) enc.attr('idempotency.key_hash', ctx.hashedKey());
     if (ctx.status !== 0) enc.attr('http.response.status_code', ctx.status);
     if (ctx.source !== null) enc.attr('error.source', ctx.source);

@@ -4,7 +4,7 @@ import { JsonTraceSerializer, ProtobufTraceSerializer } from '@opentelemetry/otl
 import { Clock, type Envelope, type SpanEncoder } from '../../src/tracing/encoder.js';
 import { JsonSpans } from '../../src/tracing/otlp-json.js';
 import { ProtobufSpans } from '../../src/tracing/otlp-protobuf.js';
-import { CLIENT, SERVER, TraceSpan, word, type AttributeValue, type SpanRef } from '../../src/tracing/span.js';
+import { CLIENT, linkOf, SERVER, TraceSpan, word, type AttributeValue, type SpanRef } from '../../src/tracing/span.js';
 import { fields } from '../helpers/otlp.js';
 
 // The recorder's OTLP encoders (src/tracing/otlp-protobuf.ts, otlp-json.ts)
@@ -27,6 +27,8 @@ interface Case {
   span: TraceSpan;
   endMs: number;
   attrs: Array<[string, AttributeValue]>;
+  /** Attributes of small sets, written compiled (SpanEncoder.compile, attrs) before the others. */
+  fixed?: Array<[string, string | boolean]>;
   link?: SpanRef;
   error?: string;
 }
@@ -47,19 +49,21 @@ function cases(): Case[] {
       span: server, endMs: 1260.000999,
       attrs: [['http.request.method', 'POST'], ['url.path', `/orders/${'p'.repeat(200)}`], ['idempotency.replayed', true], ['http.response.status_code', 201],
         ['idempotency.ratio', 0.25], ['idempotency.polls', 0], ['idempotency.flag', false], ['idempotency.note', 'ça coûte €']],
+      fixed: [['idempotency.route', 'orders'], ['idempotency.outcome', 'replayed'], ['idempotency.phase', 'respond'], ['idempotency.first', false]],
       link, error: 'upstream: connection reset',
     },
     { span: child, endMs: 1236.5, attrs: [] },
     { span: root, endMs: 0.002, attrs: [] },
-    { span: big, endMs: 100_000_000, attrs: [['url.path', `/${'é'.repeat(9_000)}`], ['error.source', 'upstream']], error: 'x'.repeat(300) },
+    { span: big, endMs: 100_000_000, attrs: [['url.path', `/${'é'.repeat(9_000)}`], ['error.source', 'upstream']], fixed: [['idempotency.route', 'rüte']], error: 'x'.repeat(300) },
   ];
 }
 
 function write(enc: SpanEncoder, list: Case[]): Uint8Array {
   for (const c of list) {
     enc.open(c.span, c.endMs);
+    if (c.fixed !== undefined) enc.attrs(enc.compile(c.fixed));
     for (const [k, v] of c.attrs) enc.attr(k, v);
-    if (c.link !== undefined) enc.link(c.link, 'idempotency.link', 'replay_of');
+    if (c.link !== undefined) enc.link(linkOf(c.link), 'idempotency.link', 'replay_of');
     if (c.error !== undefined) enc.error(c.error);
     enc.close();
   }
@@ -82,6 +86,7 @@ function readable(list: Case[]): unknown[] {
     const attributes: Record<string, AttributeValue> = {};
     const own = s.attrs ?? [];
     for (let i = 0; i < own.length; i += 2) attributes[own[i] as string] = own[i + 1]!;
+    for (const [k, v] of c.fixed ?? []) attributes[k] = v;
     for (const [k, v] of c.attrs) attributes[k] = v;
     const state = (v: string | null) => (v === null ? undefined : { serialize: () => v });
     return {
