@@ -127,7 +127,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
 /**
  * The traced proxy's environment: spans to `sinkUrl` (the benchmark's upstream program, which answers 200 to
  * any POST), every request sampled unless BENCH_OTEL_SAMPLER / BENCH_OTEL_SAMPLER_ARG say otherwise (e.g.
- * parentbased_traceidratio, 0.1), the proxy's own batches and encoding (512 spans, OTLP/protobuf) with a queue
+ * parentbased_traceidratio, 0.1), the proxy's own batches and encoding (4 096 spans, OTLP/protobuf) with a queue
  * large enough that no span is dropped at the benchmark's rate (a dropped span would cost nothing).
  * BENCH_OTEL_PROTOCOL=http/json: the JSON encoding.
  */
