@@ -7,7 +7,6 @@ import { hex, type AttributeValue, type SpanLink, type TraceSpan } from './span.
 // numbers). Each ended span becomes one JSON text; take() joins them inside
 // the envelope, whose text is built once.
 
-
 function anyValue(value: AttributeValue): string {
   if (typeof value === 'string') return `{"stringValue":${JSON.stringify(value)}}`;
   if (typeof value === 'boolean') return `{"boolValue":${value}}`;
