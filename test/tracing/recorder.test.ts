@@ -4,6 +4,8 @@ import type { TracingConfig } from '../../src/config/types.js';
 import type { RequestContext } from '../../src/lifecycle/context.js';
 import { samplerFrom } from '../../src/tracing/sampler.js';
 import { DEFAULT_MAX_EXPORT_BATCH, startTracing, type StartedTracing } from '../../src/tracing/start.js';
+import { TRACE_RECORD_HEADER } from '../../src/proxy/headers.js';
+import type { StoredResponse } from '../../src/store/records.js';
 import { startReceiver, type Receiver } from '../helpers/otlp.js';
 
 // The recorder and its sampler through startTracing (src/tracing/start.ts),
@@ -112,6 +114,33 @@ describe('the span recorder', () => {
     assert.doesNotMatch(invalid!.span!.traceparent(), /^00-0{32}/);
     await t.shutdown();
     assert.deepEqual(receiver.spans.map((s) => [s.traceId, s.parentSpanId]), [['0af7651916cd43dd8448eb211c80319c', 'b7ad6b7169203331']]);
+  });
+
+  test("a replay links to the trace context its record kept: the proxy's own format read directly, any other valid one through the W3C propagator, an invalid one not at all", async () => {
+    const receiver = await startReceiver();
+    receivers.push(receiver);
+    const t = startTracing(config(receiver.url), { onLoss: () => {} });
+    const entry = (tp: string): StoredResponse => ({ status: 200, headers: [['content-type', 'application/json'], [TRACE_RECORD_HEADER, tp]], body: Buffer.alloc(0), bodyRetained: true, bodySize: 0 });
+    const ids = '0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331';
+    const replays: Array<[string, string | null]> = [
+      [`00-${ids}-01`, ids], // ours, sampled
+      [`00-${ids}-00`, ids], // ours, not sampled
+      [`00-${ids}-03`, ids], // not ours (flags 03), valid W3C: the propagator's
+      [`cc-${ids}-01`, ids], // a later version, valid W3C: the propagator's
+      [`00-${ids.toUpperCase()}-01`, null], // upper case: invalid
+      [`00-${'0'.repeat(32)}-b7ad6b7169203331-01`, null], // an all-zero trace id: invalid
+      ['garbage', null],
+    ];
+    for (const [tp] of replays) {
+      const ctx = request();
+      t.tracing.start(ctx);
+      t.tracing.linkReplay(ctx, entry(tp));
+      t.tracing.end(ctx);
+    }
+    await t.shutdown();
+    assert.equal(receiver.spans.length, replays.length);
+    const got = receiver.spans.map((s) => (s.links ?? []).map((l) => `${l.traceId}-${l.spanId}`));
+    assert.deepEqual(got, replays.map(([, link]) => (link === null ? [] : [link])));
   });
 
   test('the ratio sampler decides as the OpenTelemetry JS SDK does: the trace id words XORed, under ratio × 0xffffffff', () => {
