@@ -15,54 +15,59 @@ import { CLIENT, linkOf, ownTraceparent, SERVER, TraceSpan, word, type SpanRef }
 /** Reads a traceparent/tracestate pair (W3C Trace Context): the propagator of @opentelemetry/core, wrapped by start.ts. */
 export type TraceContextReader = (traceparent: string, tracestate: string | undefined) => SpanRef | null;
 
-/** "<METHOD> <route>" span names, built once per pair. */
-class SpanNames {
-  private readonly names = new Map<string, Map<string, string>>();
-  get(method: string, route: string): string {
-    let byRoute = this.names.get(method);
-    if (byRoute === undefined) this.names.set(method, (byRoute = new Map()));
-    let name = byRoute.get(route);
-    if (name === undefined) {
-      name = `${method} ${route}`;
-      if (byRoute.size < 1024) byRoute.set(route, name);
-    }
-    return name;
-  }
+/** What every server span of one method and route shares. */
+interface RouteShape {
+  /** "<METHOD> <route>". */
+  readonly name: string;
+  readonly method: string;
+  readonly route: string;
+  /** Its small-set attributes, compiled, by outcome and phase; null past the cache's bound (compiled per span). */
+  readonly fixed: Map<string, Map<string, CompiledAttributes>> | null;
 }
 
 /**
- * The server span's attributes whose values come from small sets — method, route, outcome, phase,
- * replayed — encoded once per combination by the recorder's encoder. Under load most requests share
- * theirs with the request before: that one is checked first.
+ * The server span's name and its attributes whose values come from small sets — method, route, outcome,
+ * phase, replayed —, made once per combination (the attributes by the recorder's encoder, as one run of
+ * bytes). Under load most requests share theirs with the request before: that one is checked first.
  */
-class FixedAttributes {
-  private readonly bySpanName = new Map<string, Map<string, Map<string, CompiledAttributes>>>();
-  private lastName = '';
+class ServerSpanShapes {
+  private readonly byMethod = new Map<string, Map<string, RouteShape>>();
+  private last: RouteShape | null = null;
   private lastOutcome = '';
   private lastPhase = '';
-  private last: CompiledAttributes | null = null;
+  private lastAttributes: CompiledAttributes | null = null;
 
-  get(enc: SpanEncoder, name: string, method: string, route: string, outcome: string, phase: string): CompiledAttributes {
-    if (name === this.lastName && outcome === this.lastOutcome && phase === this.lastPhase && this.last !== null) return this.last;
-    let byOutcome = this.bySpanName.get(name);
-    if (byOutcome === undefined && this.bySpanName.size < 1024) this.bySpanName.set(name, (byOutcome = new Map()));
-    let byPhase = byOutcome?.get(outcome);
-    if (byPhase === undefined && byOutcome !== undefined) byOutcome.set(outcome, (byPhase = new Map()));
+  route(method: string, route: string): RouteShape {
+    let byRoute = this.byMethod.get(method);
+    if (byRoute === undefined) this.byMethod.set(method, (byRoute = new Map()));
+    let shape = byRoute.get(route);
+    if (shape === undefined) {
+      const kept = byRoute.size < 1024;
+      shape = { name: `${method} ${route}`, method, route, fixed: kept ? new Map() : null };
+      if (kept) byRoute.set(route, shape);
+    }
+    return shape;
+  }
+
+  attributes(enc: SpanEncoder, shape: RouteShape, outcome: string, phase: string): CompiledAttributes {
+    if (shape === this.last && outcome === this.lastOutcome && phase === this.lastPhase) return this.lastAttributes!;
+    let byPhase = shape.fixed?.get(outcome);
+    if (byPhase === undefined && shape.fixed !== null) shape.fixed.set(outcome, (byPhase = new Map()));
     let compiled = byPhase?.get(phase);
     if (compiled === undefined) {
       compiled = enc.compile([
-        ['http.request.method', method],
-        ['idempotency.route', route],
+        ['http.request.method', shape.method],
+        ['idempotency.route', shape.route],
         ['idempotency.outcome', outcome],
         ['idempotency.phase', phase],
         ['idempotency.replayed', outcome === 'replayed'],
       ]);
       byPhase?.set(phase, compiled);
     }
-    this.lastName = name;
+    this.last = shape;
     this.lastOutcome = outcome;
     this.lastPhase = phase;
-    this.last = compiled;
+    this.lastAttributes = compiled;
     return compiled;
   }
 }
@@ -73,8 +78,7 @@ const header = (headers: IncomingHttpHeaders, name: string): string | undefined 
 };
 
 export class RequestTracing {
-  private readonly names = new SpanNames();
-  private readonly fixed = new FixedAttributes();
+  private readonly shapes = new ServerSpanShapes();
 
   constructor(
     private readonly recorder: Recorder,
@@ -160,10 +164,11 @@ export class RequestTracing {
     const span = ctx.span!;
     if (!span.sampled) return;
     const route = ctx.route?.name ?? '(none)';
-    const name = (span.name = this.names.get(ctx.method, route));
+    const shape = this.shapes.route(ctx.method, route);
+    span.name = shape.name;
     const enc = this.recorder.open(span, performance.now());
     if (enc === null) return;
-    enc.attrs(this.fixed.get(enc, name, ctx.method, route, ctx.outcome, ctx.phase));
+    enc.attrs(this.shapes.attributes(enc, shape, ctx.outcome, ctx.phase));
     enc.attr('url.path', ctx.path);
     if (ctx.key !== null) enc.attr('idempotency.key_hash', ctx.hashedKey());
     if (ctx.status !== 0) enc.attr('http.response.status_code', ctx.status);

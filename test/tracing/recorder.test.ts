@@ -6,7 +6,7 @@ import { samplerFrom } from '../../src/tracing/sampler.js';
 import { DEFAULT_MAX_EXPORT_BATCH, startTracing, type StartedTracing } from '../../src/tracing/start.js';
 import { TRACE_RECORD_HEADER } from '../../src/proxy/headers.js';
 import type { StoredResponse } from '../../src/store/records.js';
-import { startReceiver, type Receiver } from '../helpers/otlp.js';
+import { attr, startReceiver, type Receiver } from '../helpers/otlp.js';
 
 // The recorder and its sampler through startTracing (src/tracing/start.ts),
 // exporting over OpenTelemetry's OTLP/HTTP exporter to a receiver this test
@@ -141,6 +141,35 @@ describe('the span recorder', () => {
     assert.equal(receiver.spans.length, replays.length);
     const got = receiver.spans.map((s) => (s.links ?? []).map((l) => `${l.traceId}-${l.spanId}`));
     assert.deepEqual(got, replays.map(([, link]) => (link === null ? [] : [link])));
+  });
+
+  test("each server span says its own method, route, outcome and phase: the attributes made once per combination are never another request's, past the cache's bound of 1 024 routes too", async () => {
+    const receiver = await startReceiver();
+    receivers.push(receiver);
+    const t = startTracing(config(receiver.url), { onLoss: () => {} });
+    const outcomes = ['executed', 'replayed', 'in_flight'];
+    const phases = ['commit', 'respond', 'claim'];
+    const wanted: string[] = [];
+    const serveOne = (method: string, route: string, outcome: string, phase: string): void => {
+      const ctx = request();
+      Object.assign(ctx, { method, route: { name: route }, outcome, phase });
+      wanted.push(`${method} ${route} ${method} ${route} ${outcome} ${phase} ${outcome === 'replayed'}`);
+      t.tracing.start(ctx);
+      t.tracing.end(ctx);
+    };
+    // A few routes, eight requests each in a row, outcome and phase changing between neighbours (the same
+    // outcome twice with two phases): neither the last request's attributes nor a cached set fits by accident.
+    const mixed = (prefix: string, n: number): void => {
+      for (let i = 0; i < n; i++) serveOne(i % 16 < 8 ? 'POST' : 'PUT', `${prefix}${(i >> 3) % 3}`, outcomes[(i >> 1) % 3]!, phases[i % 3]!);
+    };
+    mixed('a', 300);
+    for (let i = 0; i < 1_100; i++) serveOne('POST', `b${i}`, 'executed', 'commit'); // past the bound of 1 024 routes
+    mixed('c', 300); // routes past the bound: compiled for each span
+    mixed('a', 60); // the first routes again, from the cache
+    await t.shutdown();
+    const got = receiver.spans.map((s) => [s.name, attr(s, 'http.request.method'), attr(s, 'idempotency.route'), attr(s, 'idempotency.outcome'),
+      attr(s, 'idempotency.phase'), attr(s, 'idempotency.replayed')].join(' '));
+    assert.deepEqual(got, wanted);
   });
 
   test('the ratio sampler decides as the OpenTelemetry JS SDK does: the trace id words XORed, under ratio × 0xffffffff', () => {
