@@ -127,12 +127,16 @@ export function viewOfRecord(rec: KeyRecord, withBody: boolean): KeyView {
   };
 }
 
-/** How a record is shown: its kind, the response's own headers, and the proxy's reserved entries (reference, trace context) as their own fields. */
+/**
+ * How a record is shown: its kind, the response's own headers, and the proxy's reserved entries as their
+ * own fields: the reference, and the trace context (its column, or the reserved entry of a record stored
+ * before migration 8).
+ */
 export function storedHeaders(rec: KeyRecord): StoredView {
   const h = rec.responseHeaders;
   const record = recordKind(rec.bodyRetained, h);
   if (h === null) return { record, reference: null, responseHeaders: null, trace: null };
-  return { record, reference: referenceOf(h), responseHeaders: responseHeadersOf(h), trace: reservedEntry(h, TRACE_RECORD_HEADER) };
+  return { record, reference: referenceOf(h), responseHeaders: responseHeadersOf(h), trace: rec.traceContext ?? reservedEntry(h, TRACE_RECORD_HEADER) };
 }
 
 interface StoredView {

@@ -23,9 +23,11 @@ export const PER_REQUEST_IDS: ReadonlySet<string> = new Set([
 export const CLAIM_HEADER = 'idempotency-claim';
 
 /**
- * The reserved header a traced execution's record keeps last, holding that
- * execution's traceparent so its replays' spans link to it (docs/operations.md,
- * Tracing). Written by the proxy's commit, never replayed to a client.
+ * The reserved header holding a traced execution's traceparent, kept last in
+ * its record's headers so its replays' spans link to it (docs/operations.md,
+ * Tracing): where records stored before migration 8 keep it (since then it
+ * has a column of its own, StoredResponse.trace), and where the Redis cache
+ * keeps it (src/store/cache-codec.ts). Never replayed to a client.
  */
 export const TRACE_RECORD_HEADER = 'idempotency-proxy-trace';
 

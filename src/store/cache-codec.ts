@@ -1,5 +1,6 @@
 import type { CacheHit } from './cache.js';
 import type { StoredResponse } from './records.js';
+import { TRACE_RECORD_HEADER } from '../proxy/headers.js';
 
 // The Redis value format and key names of the lookaside cache (docs/cache.md).
 // No JSON: a small binary header, then the raw body bytes.
@@ -11,6 +12,11 @@ import type { StoredResponse } from './records.js';
 //              u16 header count, per header: u16 name length, name (UTF-8),
 //              u32 value length, value (UTF-8); then the body to the end
 //   in flight: f64 leaseUntil (epoch ms, for Retry-After)
+//
+// A record's trace context (StoredResponse.trace, its own column in
+// PostgreSQL) is cached as one more header, the reserved last entry
+// `idempotency-proxy-trace` (src/proxy/headers.ts), as records stored before
+// that column keep it: never replayed, read by the replay's link.
 
 const VERSION = 1;
 const KIND_COMPLETE = 1;
@@ -24,6 +30,8 @@ export function encodeComplete(fingerprint: Buffer, r: StoredResponse, validUnti
     const h = r.headers[i]!;
     size += 6 + Buffer.byteLength(h[0]) + Buffer.byteLength(h[1]);
   }
+  const trace = r.trace ?? null;
+  if (trace !== null) size += 6 + TRACE_RECORD_HEADER.length + Buffer.byteLength(trace);
   size += r.body.length;
   const b = Buffer.allocUnsafe(size);
   b[0] = VERSION;
@@ -34,18 +42,23 @@ export function encodeComplete(fingerprint: Buffer, r: StoredResponse, validUnti
   o = b.writeUInt16BE(r.status, o);
   o = b.writeUInt8(r.bodyRetained ? 1 : 0, o);
   o = b.writeDoubleBE(r.bodySize, o);
-  o = b.writeUInt16BE(n, o);
+  o = b.writeUInt16BE(trace === null ? n : n + 1, o);
   for (let i = 0; i < n; i++) {
     const h = r.headers[i]!;
-    const nameLen = b.write(h[0], o + 2, 'utf8');
-    b.writeUInt16BE(nameLen, o);
-    o += 2 + nameLen;
-    const valueLen = b.write(h[1], o + 4, 'utf8');
-    b.writeUInt32BE(valueLen, o);
-    o += 4 + valueLen;
+    o = writeHeader(b, o, h[0], h[1]);
   }
+  if (trace !== null) o = writeHeader(b, o, TRACE_RECORD_HEADER, trace);
   r.body.copy(b, o);
   return b;
+}
+
+function writeHeader(b: Buffer, o: number, name: string, value: string): number {
+  const nameLen = b.write(name, o + 2, 'utf8');
+  b.writeUInt16BE(nameLen, o);
+  o += 2 + nameLen;
+  const valueLen = b.write(value, o + 4, 'utf8');
+  b.writeUInt32BE(valueLen, o);
+  return o + 4 + valueLen;
 }
 
 export function encodeInFlight(fingerprint: Buffer, validUntil: number, leaseUntil: number): Buffer {

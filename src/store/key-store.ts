@@ -162,6 +162,7 @@ export class KeyStore {
       statusCode: (r.status_code as number | null) ?? null,
       responseHeaders: (r.response_headers as Array<[string, string]> | null) ?? null,
       responseBody: toBuffer(r.response_body),
+      traceContext: (r.trace_context as string | null) ?? null,
       bodyRetained: (r.body_retained as boolean | null) ?? null,
       bodySize: r.body_size == null ? null : Number(r.body_size),
       route: (r.route as string | null) ?? null,
@@ -274,7 +275,7 @@ export class KeyStore {
     return this.db.query(commitTenantsStatement, [
       sorted.map((c) => c.tenantId), sorted.map((c) => c.key), sorted.map((c) => c.ownerToken), sorted.map((c) => c.response.status),
       sorted.map((c) => JSON.stringify(c.response.headers)), sorted.map((c) => c.response.body.toString('hex')),
-      sorted.map((c) => c.response.bodyRetained), sorted.map((c) => c.response.bodySize),
+      sorted.map((c) => c.response.bodyRetained), sorted.map((c) => c.response.bodySize), sorted.map((c) => c.response.trace ?? null),
     ], budgetMs);
   }
 
@@ -288,7 +289,7 @@ export class KeyStore {
       const db = this.at(tenantId);
       const rows = await db.query<CommitRow>(commitOneStatement, [
         tenantId, c.key, c.ownerToken, c.response.status, JSON.stringify(c.response.headers),
-        c.response.body.toString('hex'), c.response.bodyRetained, c.response.bodySize,
+        c.response.body.toString('hex'), c.response.bodyRetained, c.response.bodySize, c.response.trace ?? null,
       ], budgetMs);
       return rows.length > 0 ? rows : db.query<CommitRow>(commitOneKeptStatement, [tenantId, c.key, c.ownerToken], budgetMs);
     }
@@ -296,7 +297,7 @@ export class KeyStore {
     return this.at(tenantId).query(commitStatement, [
       tenantId, group.map((c) => c.key), group.map((c) => c.ownerToken), group.map((c) => c.response.status),
       group.map((c) => JSON.stringify(c.response.headers)), group.map((c) => c.response.body.toString('hex')),
-      group.map((c) => c.response.bodyRetained), group.map((c) => c.response.bodySize),
+      group.map((c) => c.response.bodyRetained), group.map((c) => c.response.bodySize), group.map((c) => c.response.trace ?? null),
     ], budgetMs);
   }
 }
@@ -355,5 +356,6 @@ function toStored(row: ClaimRow): StoredResponse {
     body: toBuffer(row.response_body) ?? EMPTY,
     bodyRetained: row.body_retained ?? true,
     bodySize: row.body_size == null ? 0 : Number(row.body_size),
+    trace: row.trace_context ?? null,
   };
 }

@@ -1,4 +1,4 @@
-import type { Db, Queryable } from './db/port.js';
+import type { Db, Queryable, Statement } from './db/port.js';
 import { migrations, latestVersion, type Migration } from './migrations/index.js';
 import { splitStatements } from './migrations/split.js';
 
@@ -36,17 +36,20 @@ const CITUS = {
   done: { name: '', text: `SELECT logicalrelid::regclass::text AS name FROM pg_dist_partition` },
   distribute: { name: '', text: `SELECT create_distributed_table('idempotency_keys', 'tenant_id')` },
   reference: { name: '', text: `SELECT create_reference_table('idempotency_schema_migrations')` },
-  // The claim function runs whole on the worker of the tenant's shard (migration 4).
-  claimDone: {
-    name: '',
-    text: `SELECT EXISTS (SELECT 1 FROM pg_dist_object
-                         WHERE objid = 'idempotency_claim'::regproc AND distribution_argument_index IS NOT NULL) AS done`,
-  },
-  claim: {
-    name: '',
-    text: `SELECT create_distributed_function('idempotency_claim'::regproc, 'p_tenant', colocate_with := 'idempotency_keys')`,
-  },
 } as const;
+
+// The claim functions run whole on the worker of the tenant's shard (migrations 4 and 8): the one of
+// migration 4 for instances of earlier versions during a rolling upgrade, its successor for this one.
+const CLAIM_FUNCTIONS = ['idempotency_claim', 'idempotency_claim_v2'] as const;
+const claimDistributed = (fn: string): Statement => ({
+  name: '',
+  text: `SELECT EXISTS (SELECT 1 FROM pg_dist_object
+                       WHERE objid = '${fn}'::regproc AND distribution_argument_index IS NOT NULL) AS done`,
+});
+const distributeClaim = (fn: string): Statement => ({
+  name: '',
+  text: `SELECT create_distributed_function('${fn}'::regproc, 'p_tenant', colocate_with := 'idempotency_keys')`,
+});
 
 /** True when the citus extension is installed: the key table is (or is about to be) distributed. */
 export async function onCitus(db: Queryable): Promise<boolean> {
@@ -66,10 +69,12 @@ async function distributeOnCitus(tx: Queryable): Promise<string[]> {
     await tx.query(CITUS.distribute, []);
     distributed.push('idempotency_keys');
   }
-  const [claim] = await tx.query<{ done: boolean }>(CITUS.claimDone, []);
-  if (claim?.done !== true) {
-    await tx.query(CITUS.claim, []);
-    distributed.push('idempotency_claim()');
+  for (const fn of CLAIM_FUNCTIONS) {
+    const [claim] = await tx.query<{ done: boolean }>(claimDistributed(fn), []);
+    if (claim?.done !== true) {
+      await tx.query(distributeClaim(fn), []);
+      distributed.push(`${fn}()`);
+    }
   }
   return distributed;
 }

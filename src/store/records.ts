@@ -22,6 +22,12 @@ export interface StoredResponse {
   readonly body: Buffer;
   readonly bodyRetained: boolean;
   readonly bodySize: number;
+  /**
+   * The traceparent of the traced execution that recorded it, for its replays' links (docs/operations.md,
+   * Tracing); null or absent when none. Stored in its own column (migration 8), never replayed. A record
+   * stored before that column keeps it as a reserved last header instead (src/proxy/headers.ts).
+   */
+  readonly trace?: string | null;
 }
 
 export type ClaimOutcome =
@@ -63,6 +69,8 @@ export interface KeyRecord {
   readonly statusCode: number | null;
   readonly responseHeaders: ReadonlyArray<readonly [string, string]> | null;
   readonly responseBody: Buffer | null; // only when asked for
+  /** StoredResponse.trace: null when none was kept, or when a record stored before migration 8 keeps it in its headers. */
+  readonly traceContext: string | null;
   readonly bodyRetained: boolean | null;
   readonly bodySize: number | null;
   readonly route: string | null;

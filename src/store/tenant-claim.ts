@@ -22,6 +22,8 @@ export interface ClaimRow {
   retry_after_s: number | null;
   ttl_left_ms: number | null;
   lease_over: boolean | null;
+  /** The record's trace context (migration 8). */
+  trace_context: string | null;
 }
 
 interface FoundRow extends Omit<ClaimRow, 'claimed' | 'claim_attempt'> {
@@ -43,7 +45,7 @@ type CalledRow = (InsertedRow & { inserted: true }) | (FoundRow & { inserted: fa
 const NOTHING: ClaimRow = {
   claimed: false, claim_attempt: null, state: null, fingerprint: null, status_code: null,
   response_headers: null, response_body: null, body_retained: null, body_size: null,
-  retry_after_s: null, ttl_left_ms: null, lease_over: null,
+  retry_after_s: null, ttl_left_ms: null, lease_over: null, trace_context: null,
 };
 
 /** The store's one lock order within a tenant: by key. */

@@ -136,20 +136,22 @@ export class RequestTracing {
     return out;
   }
 
-  /** The record to store, with the traceparent of this execution's span as a reserved last header. */
+  /** The record to store, with the traceparent of this execution's span as its trace context. */
   withTrace(ctx: RequestContext, rec: StoredResponse): StoredResponse {
-    return { ...rec, headers: [...rec.headers, [TRACE_RECORD_HEADER, ctx.span!.traceparent()]] };
+    return { ...rec, trace: ctx.span!.traceparent() };
   }
 
   /**
-   * A replay's span links to the span of the execution it replays, when the record kept one. The entry is
-   * the proxy's own, written by TraceSpan.traceparent(): one exact format, read straight into words
-   * (anything else — an older or damaged record — goes to the W3C propagator, which rejects what is invalid).
+   * A replay's span links to the span of the execution it replays, when the record kept one: its trace
+   * context (its own column since migration 8), else the reserved last header where records stored before
+   * it (and the Redis cache) keep it. The value is the proxy's own, written by TraceSpan.traceparent(): one
+   * exact format, read straight into words (anything else — a damaged record — goes to the W3C propagator,
+   * which rejects what is invalid).
    */
   linkReplay(ctx: RequestContext, rec: StoredResponse): void {
     const span = ctx.span!;
     if (!span.sampled) return;
-    const tp = reservedEntry(rec.headers, TRACE_RECORD_HEADER);
+    const tp = rec.trace ?? reservedEntry(rec.headers, TRACE_RECORD_HEADER);
     if (tp === null) return;
     let link = ownTraceparent(tp);
     if (link === null) {

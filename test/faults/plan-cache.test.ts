@@ -85,8 +85,8 @@ describe('prepared statements keep an index plan made while the table was empty'
     const plan = async (text: string): Promise<string> =>
       (await db.query<{ 'QUERY PLAN': string }>({ name: '', text }, [])).map((r) => r['QUERY PLAN']).join('\n');
     const commitPlan = await plan(`EXPLAIN EXECUTE ${commitStatement.name}('${PLAN_TENANT}', ARRAY['seed-8'], ARRAY[gen_random_uuid()], ARRAY[200],
-      ARRAY['[]'], ARRAY['7b7d'], ARRAY[true], ARRAY[2::bigint])`);
-    const commitOnePlan = await plan(`EXPLAIN EXECUTE ${commitOneStatement.name}('${PLAN_TENANT}', 'seed-10', gen_random_uuid(), 200, '[]', '7b7d', true, 2)`);
+      ARRAY['[]'], ARRAY['7b7d'], ARRAY[true], ARRAY[2::bigint], ARRAY[NULL::text])`);
+    const commitOnePlan = await plan(`EXPLAIN EXECUTE ${commitOneStatement.name}('${PLAN_TENANT}', 'seed-10', gen_random_uuid(), 200, '[]', '7b7d', true, 2, NULL)`);
     for (const [name, p] of [['commit', commitPlan], ['lone commit', commitOnePlan]] as const) {
       assert.doesNotMatch(p, /Seq Scan on idempotency_keys/, `${name} plan scans the whole table:\n${p}`);
       assert.match(p, /idempotency_keys_pkey/, `${name} plan does not use the primary key:\n${p}`);
@@ -201,8 +201,8 @@ describe('unnamed statements are planned for their values, with no session setti
     const plans: Array<[string, string, string]> = [
       ['takeover of 50', takeoverStatement(50).text, `(NULL, '${PLAN_TENANT}', ${takeoverArgs})`],
       ['commit of 50', commitStatement.text, `('${PLAN_TENANT}', ${keys(50, 500)}, ${arr('gen_random_uuid()', 50)}, ${arr('200', 50)},
-        ${arr("'[]'", 50)}, ${arr("'7b7d'", 50)}, ${arr('true', 50)}, ${arr('2::bigint', 50)})`],
-      ['lone commit', commitOneStatement.text, `('${PLAN_TENANT}', 'seed-10', gen_random_uuid(), 200, '[]', '7b7d', true, 2)`],
+        ${arr("'[]'", 50)}, ${arr("'7b7d'", 50)}, ${arr('true', 50)}, ${arr('2::bigint', 50)}, ${arr('NULL::text', 50)})`],
+      ['lone commit', commitOneStatement.text, `('${PLAN_TENANT}', 'seed-10', gen_random_uuid(), 200, '[]', '7b7d', true, 2, NULL)`],
     ];
     const client = new pg.Client({ connectionString: t.url });
     await client.connect();

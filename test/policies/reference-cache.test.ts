@@ -67,21 +67,27 @@ describe('record: reference served from the Redis cache', () => {
     assert.equal(upstream.received.filter((r) => r.method === 'GET').at(-1)!.headers.authorization, AUTH);
   });
 
-  test('the cache codec keeps the reserved entries of a reference record', () => {
-    const rec = {
-      status: 201,
-      headers: [['location', '/orders/7'], [REFERENCE_RECORD_HEADER, '/orders/7'], [TRACE_RECORD_HEADER, '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01']] as Array<[string, string]>,
-      body: Buffer.alloc(0),
-      bodyRetained: false,
-      bodySize: 42,
-    };
+  test("the cache codec keeps the reserved entries of a reference record, and its trace context as the reserved last entry", () => {
+    const tp = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    const headers = [['location', '/orders/7'], [REFERENCE_RECORD_HEADER, '/orders/7']] as Array<[string, string]>;
     const fp = Buffer.alloc(32, 7);
-    const hit = decode(encodeComplete(fp, rec, Date.now() + 60_000), Date.now());
-    assert.ok(hit !== null && hit.kind === 'complete');
-    assert.deepEqual(hit.response.headers, rec.headers);
-    assert.equal(hit.response.bodyRetained, false);
-    assert.equal(hit.response.bodySize, 42);
-    assert.equal(hit.response.body.length, 0);
+    // As stored since migration 8 (the trace context beside the headers) and before it (a reserved entry): cached alike.
+    for (const rec of [
+      { status: 201, headers, body: Buffer.alloc(0), bodyRetained: false, bodySize: 42, trace: tp },
+      { status: 201, headers: [...headers, [TRACE_RECORD_HEADER, tp]] as Array<[string, string]>, body: Buffer.alloc(0), bodyRetained: false, bodySize: 42 },
+    ]) {
+      const hit = decode(encodeComplete(fp, rec, Date.now() + 60_000), Date.now());
+      assert.ok(hit !== null && hit.kind === 'complete');
+      assert.deepEqual(hit.response.headers, [...headers, [TRACE_RECORD_HEADER, tp]]);
+      assert.equal(hit.response.bodyRetained, false);
+      assert.equal(hit.response.bodySize, 42);
+      assert.equal(hit.response.body.length, 0);
+    }
+    // No trace context: nothing added.
+    const plain = decode(encodeComplete(fp, { status: 200, headers, body: Buffer.from('x'), bodyRetained: true, bodySize: 1, trace: null }, Date.now() + 60_000), Date.now());
+    assert.ok(plain !== null && plain.kind === 'complete');
+    assert.deepEqual(plain.response.headers, headers);
+    assert.equal(plain.response.body.toString(), 'x');
   });
 });
 
@@ -103,7 +109,7 @@ describe('record: reference with tracing on', () => {
     await db?.drop();
   });
 
-  test('the record keeps the reference and then the trace entry; neither reaches the client; the GET has its own span', async () => {
+  test('the record keeps the reference entry last and the trace context in its column; neither reaches the client; the GET has its own span', async () => {
     const proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: `${YAML}tracing: { endpoint: "${receiver.url}" }\n` });
     let retry: Reply;
     try {
@@ -113,15 +119,18 @@ describe('record: reference with tracing on', () => {
       await send(`${upstream.url}/orders/${id}`, { method: 'PATCH', body: '{"state":"paid"}' });
       retry = await send(`${proxy.url}/orders`, { headers: headersFor('ref-traced'), body: '{}' });
       const list = await send(`${proxy.adminUrl}/admin/keys`, { method: 'GET' });
-      assert.equal((list.json() as { keys: Array<{ record: string }> }).keys[0]?.record, 'reference', 'the listing sees the reference before the trace entry');
+      assert.equal((list.json() as { keys: Array<{ record: string }> }).keys[0]?.record, 'reference', 'the listing sees the reference');
     } finally {
       await proxy.close(); // flushes the spans
     }
     assert.equal(retry.status, 201);
     assert.equal((retry.json() as Order).state, 'paid');
     assertNoReserved(retry);
-    const [r] = await sql<{ response_headers: Array<[string, string]> }>(db.url, 'SELECT response_headers FROM idempotency_keys WHERE idem_key = $1', ['ref-traced']);
-    assert.deepEqual(r!.response_headers.slice(-2).map(([n]) => n), [REFERENCE_RECORD_HEADER, TRACE_RECORD_HEADER]);
+    const [r] = await sql<{ response_headers: Array<[string, string]>; trace_context: string | null }>(db.url,
+      'SELECT response_headers, trace_context FROM idempotency_keys WHERE idem_key = $1', ['ref-traced']);
+    assert.equal(r!.response_headers.at(-1)![0], REFERENCE_RECORD_HEADER);
+    assert.ok(!r!.response_headers.some(([n]) => n === TRACE_RECORD_HEADER));
+    assert.match(String(r!.trace_context), /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
     const names = receiver.spans.map((sp) => sp.name);
     assert.ok(names.includes('reference'), `a reference span among ${names.join(', ')}`);
   });

@@ -34,12 +34,13 @@ describe(`migrate, two instances at once${citusNodes === null ? '' : ', on Citus
     if (citusNodes === null) {
       assert.deepEqual(distributed, []);
     } else {
-      assert.deepEqual(distributed, ['idempotency_claim()', 'idempotency_keys', 'idempotency_schema_migrations']);
-      // The claim function is distributed by its tenant, colocated with the key table (one hop per call).
-      const [fn] = await sql<{ arg: number; colocated: boolean }>(t.url, `SELECT o.distribution_argument_index AS arg,
+      assert.deepEqual(distributed, ['idempotency_claim()', 'idempotency_claim_v2()', 'idempotency_keys', 'idempotency_schema_migrations']);
+      // The claim functions (migration 4's, kept for a rolling upgrade, and migration 8's) are distributed by
+      // their tenant, colocated with the key table (one hop per call).
+      const fns = await sql<{ fn: string; arg: number; colocated: boolean }>(t.url, `SELECT o.objid::regproc::text AS fn, o.distribution_argument_index AS arg,
           o.colocationid = (SELECT colocationid FROM pg_dist_partition WHERE logicalrelid = 'idempotency_keys'::regclass) AS colocated
-        FROM pg_dist_object o WHERE o.objid = 'idempotency_claim'::regproc`);
-      assert.deepEqual(fn, { arg: 0, colocated: true });
+        FROM pg_dist_object o WHERE o.objid IN ('idempotency_claim'::regproc, 'idempotency_claim_v2'::regproc) ORDER BY 1`);
+      assert.deepEqual(fns, [{ fn: 'idempotency_claim', arg: 0, colocated: true }, { fn: 'idempotency_claim_v2', arg: 0, colocated: true }]);
       assert.deepEqual(kinds, [
         { name: 'idempotency_keys', kind: 'distributed' },
         { name: 'idempotency_schema_migrations', kind: 'reference' },

@@ -23,7 +23,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 const row = (key: string): unknown[] => [key, 'aa', randomUUID(), 60_000, 3_600_000, 'reexecute', 'r', 'POST', '/p'];
 const keys = ['a', 'b', 'c'];
-const arrays = [keys, keys.map(() => randomUUID()), [200, 200, 200], ['[]', '[]', '[]'], ['', '', ''], [true, true, true], [0, 0, 0]];
+const arrays = [keys, keys.map(() => randomUUID()), [200, 200, 200], ['[]', '[]', '[]'], ['', '', ''], [true, true, true], [0, 0, 0], [null, null, null]];
 /** The claim call's parameters for `ks` of tenant t. */
 const call = (ks: string[]): unknown[] => ['t', ks, ks.map(() => 'aa'), ks.map(() => randomUUID()), ks.map(() => 60_000),
   ks.map(() => 3_600_000), ks.map(() => 'reexecute'), ks.map(() => 'r'), ks.map(() => 'POST'), ks.map(() => '/p')];
@@ -35,7 +35,7 @@ const cases: Array<[string, Statement, unknown[]]> = [
   ['commit (batch)', commitStatement, ['t', ...arrays]],
   ['lone claim: read', loneReadStatement, ['t', 'a']],
   ['lone claim: insert', loneInsertStatement, ['t', 'a', 'aa', randomUUID(), 'reexecute', 60_000, 3_600_000, 'r', 'POST', '/p']],
-  ['commit (one)', commitOneStatement, ['t', 'a', randomUUID(), 200, '[]', '', true, 0]],
+  ['commit (one)', commitOneStatement, ['t', 'a', randomUUID(), 200, '[]', '', true, 0, null]],
   ['commit (one): kept', commitOneKeptStatement, ['t', 'a', randomUUID()]],
   ['extend', extendStatement, ['t', 'a', randomUUID(), 60_000]],
   ['get', getStatement, ['t', 'a', true]],
@@ -225,7 +225,7 @@ if (citusNodes === null) {
 
     test('the commit and the sweeper\'s delete lock the large tenant\'s rows by tenant and key', async () => {
       const keysOf = ['k10', 'k11'];
-      const commitValues = ['big', keysOf, keysOf.map(() => randomUUID()), [200, 200], ['[]', '[]'], ['', ''], [true, true], [0, 0]];
+      const commitValues = ['big', keysOf, keysOf.map(() => randomUUID()), [200, 200], ['[]', '[]'], ['', ''], [true, true], [0, 0], [null, null]];
       for (const [name, stmt, values] of [['commit', commitStatement, commitValues], ['sweep', sweepDeleteStatement, ['big', keysOf]]] as const) {
         for (let i = 0; i < 6; i++) {
           const found = await logged(() => client.query({ name, text: stmt.text, values: values as unknown[] }));

@@ -9,6 +9,8 @@ import { send } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { attr, durationNs, startReceiver, type Receiver } from '../helpers/otlp.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { deletePrefix, sharedRedis, SHARED_REDIS_URL, uniquePrefix } from '../helpers/redis.js';
+import { LOADED_MACHINE_TIMEOUT_MS, cacheCounts } from '../cache/helpers/proxy.js';
 
 // docs/operations.md, Tracing: the real OpenTelemetry SDK exports OTLP/HTTP
 // (protobuf by default, JSON when asked) to a receiver this test runs
@@ -85,6 +87,63 @@ describe('tracing on: spans exported over OTLP/HTTP', () => {
     assert.equal(attr(replay, 'idempotency.outcome'), 'replayed');
     assert.equal(attr(replay, 'idempotency.replayed'), true);
     assert.deepEqual(replay.links?.map((l) => [l.traceId, l.spanId]), [[CLIENT_TRACE, exec.spanId]], 'the replay links to the execution it replays');
+    assert.equal(upstream.executions(), 1);
+  });
+});
+
+// The trace context has a column of its own in PostgreSQL (migration 8); the Redis cache keeps it as the
+// reserved last entry of the cached headers (src/store/cache-codec.ts). Replays answered from either link
+// to the execution.
+describe('tracing on with the Redis cache: replays from PostgreSQL and from the cache link to the execution', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let receiver: Receiver;
+  const prefix = uniquePrefix();
+  before(async () => {
+    await (await sharedRedis()).quit();
+    db = await createTestDatabase();
+    upstream = await startUpstream(jsonResponder(201));
+    receiver = await startReceiver();
+  });
+  after(async () => {
+    await upstream?.close();
+    await receiver?.close();
+    await db?.drop();
+    const redis = await sharedRedis();
+    await deletePrefix(redis, prefix);
+    await redis.quit();
+  });
+
+  test('three replays, the cached ones among them, each link to the span of the execution; none carries the trace context', async () => {
+    const proxy = await startTestProxy({
+      upstream: upstream.url, databaseUrl: db.url, redisUrl: SHARED_REDIS_URL,
+      yaml: `tracing: { endpoint: ${JSON.stringify(receiver.url)} }\n`,
+      start: { redisCache: { prefix, commandTimeoutMs: LOADED_MACHINE_TIMEOUT_MS } },
+    });
+    const key = `trace-cache-${Date.now()}`;
+    const req = (trace: string) => ({ headers: { 'idempotency-key': key, 'content-type': 'application/json', traceparent: `00-${trace}-${'3'.repeat(16)}-01` }, body: '{}' });
+    const replays = ['a', 'b', 'c'].map((c) => c.repeat(32));
+    let hits: number;
+    try {
+      assert.equal((await send(`${proxy.url}/orders`, req(CLIENT_TRACE))).status, 201);
+      const before = (await cacheCounts(proxy.metrics)).hit;
+      for (const t of replays) {
+        const r = await send(`${proxy.url}/orders`, req(t));
+        assert.equal(r.headers['idempotent-replayed'], 'true');
+        assert.ok(!Object.keys(r.headers).some((n) => n.startsWith('idempotency-proxy-')), JSON.stringify(r.headers));
+      }
+      hits = (await cacheCounts(proxy.metrics)).hit - before;
+    } finally {
+      await proxy.close();
+    }
+    assert.ok(hits >= 2, `at least two replays came from the cache (${hits})`);
+    const exec = receiver.spans.find((s) => s.traceId === CLIENT_TRACE && s.kind === 2)!;
+    assert.ok(exec, 'the execution span');
+    for (const t of replays) {
+      const span = receiver.spans.find((s) => s.traceId === t && s.kind === 2);
+      assert.ok(span, `the replay span of trace ${t}`);
+      assert.deepEqual(span.links?.map((l) => [l.traceId, l.spanId]), [[CLIENT_TRACE, exec.spanId]], `replay ${t} links to the execution`);
+    }
     assert.equal(upstream.executions(), 1);
   });
 });

@@ -13,9 +13,10 @@ import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upst
 import { cliInProcess } from '../ops/support.js';
 
 // docs/operations.md, Tracing: a traced execution's record keeps its trace
-// context as a reserved entry among its headers. keys show and the admin API
-// show the response's own headers without any reserved (idempotency-proxy-*)
-// entry, and the stored trace context as its own field.
+// context in a column of its own (migration 8); records stored before it keep
+// it as a reserved entry among their headers, and still link. keys show and
+// the admin API show the response's own headers without any reserved
+// (idempotency-proxy-*) entry, and the stored trace context as its own field.
 
 const TOKEN = 'trace-admin-token';
 const TRACE = 'e'.repeat(32);
@@ -49,16 +50,17 @@ describe('the stored trace context in keys show and the admin API', () => {
   test('a traced execution: no reserved header in show or list, its traceparent as `trace`', async () => {
     const r = await send(`${proxy.url}/pay/1`, { headers: { 'idempotency-key': 'traced-1', 'content-type': 'application/json', traceparent: `00-${TRACE}-${'4'.repeat(16)}-01` }, body: '{}' });
     assert.equal(r.status, 201);
-    const [row] = await sql(db.url, 'SELECT response_headers FROM idempotency_keys WHERE idem_key = $1', ['traced-1']);
-    const stored = (row as { response_headers: Array<[string, string]> }).response_headers;
-    assert.ok(stored.some(([n]) => n === 'idempotency-proxy-trace'), 'the record keeps the trace context');
+    const [row] = await sql<{ response_headers: Array<[string, string]>; trace_context: string | null }>(db.url,
+      'SELECT response_headers, trace_context FROM idempotency_keys WHERE idem_key = $1', ['traced-1']);
+    assert.match(String(row!.trace_context), new RegExp(`^00-${TRACE}-[0-9a-f]{16}-01$`), 'the record keeps the trace context in its column');
+    assert.deepEqual(row!.response_headers.filter(([n]) => n.startsWith('idempotency-proxy-')), [], 'and not among its headers');
 
     const shown = await admin('/admin/keys/t1/traced-1');
     assert.equal(shown.status, 200, shown.text());
     const view = shown.json() as { responseHeaders: Array<[string, string]>; trace: string | null };
     assert.deepEqual(view.responseHeaders.filter(([n]) => n.startsWith('idempotency-proxy-')), [], JSON.stringify(view.responseHeaders));
     assert.ok(view.responseHeaders.some(([n]) => n === 'content-type'), 'the response headers are still shown');
-    assert.match(String(view.trace), new RegExp(`^00-${TRACE}-[0-9a-f]{16}-01$`));
+    assert.equal(view.trace, row!.trace_context);
 
     const listed = await admin('/admin/keys?tenantId=t1&body=true');
     const k = (listed.json() as { keys: Array<{ key: string; responseHeaders: Array<[string, string]>; trace: string }> }).keys.find((x) => x.key === 'traced-1')!;
@@ -72,22 +74,27 @@ describe('the stored trace context in keys show and the admin API', () => {
     assert.equal(rec.trace, view.trace);
   });
 
-  test('every reserved idempotency-proxy-* entry is hidden, not only the trace context', async () => {
+  test('a record stored before migration 8 (its trace context a reserved entry): every idempotency-proxy-* entry hidden, the entry shown as `trace`, a replay links to it', async () => {
+    // A real execution's row, rewritten into the layout of a record stored before migration 8.
+    const body = { headers: { 'idempotency-key': 'reserved-2', 'content-type': 'application/json' }, body: '{}' };
+    assert.equal((await send(`${proxy.url}/pay/2`, body)).status, 201);
     await sql(db.url, `
-      INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, state, owner_token, on_expired_lease, expires_at, completed_at,
-                                    status_code, response_headers, response_body, body_retained, body_size, route, method, path)
-      VALUES ('t1', 'reserved-2', '\\x00'::bytea, 'complete', gen_random_uuid(), 'fail', now() + interval '1 day', now(), 200,
-              '[["content-type","text/plain"],["idempotency-proxy-trace","00-${TRACE}-${'5'.repeat(16)}-01"],["idempotency-proxy-other","x"]]'::jsonb,
-              convert_to('ok', 'UTF8'), true, 2, 'pay', 'POST', '/pay/2')`);
+      UPDATE idempotency_keys SET trace_context = NULL,
+             response_headers = '[["content-type","text/plain"],["idempotency-proxy-trace","00-${TRACE}-${'5'.repeat(16)}-01"],["idempotency-proxy-other","x"]]'::jsonb
+       WHERE tenant_id = 't1' AND idem_key = 'reserved-2'`);
     const shown = (await admin('/admin/keys/t1/reserved-2')).json() as { responseHeaders: Array<[string, string]>; trace: string };
     assert.deepEqual(shown.responseHeaders, [['content-type', 'text/plain']]);
     assert.equal(shown.trace, `00-${TRACE}-${'5'.repeat(16)}-01`);
     const cli = await cliInProcess(['keys', 'show', '--config', file, '--tenant-id', 't1', '--key', 'reserved-2']);
     assert.equal(cli.code, 0, cli.stderr);
     assert.deepEqual((JSON.parse(cli.stdout) as { responseHeaders: unknown }).responseHeaders, [['content-type', 'text/plain']]);
-    // A replay never carries them either.
-    const replay = await send(`${proxy.url}/pay/2`, { headers: { 'idempotency-key': 'reserved-2', 'content-type': 'application/json' }, body: '{}' });
+    // A replay never carries them either, and its span links to the span the entry names.
+    const replayTrace = '6'.repeat(32);
+    const replay = await send(`${proxy.url}/pay/2`, { ...body, headers: { ...body.headers, traceparent: `00-${replayTrace}-${'7'.repeat(16)}-01` } });
+    assert.equal(replay.headers['idempotent-replayed'], 'true');
     assert.ok(!Object.keys(replay.headers).some((n) => n.startsWith('idempotency-proxy-')), JSON.stringify(replay.headers));
+    const span = await waitFor('the replay span', () => receiver.spans.find((s) => s.traceId === replayTrace && s.kind === 2), 10_000);
+    assert.deepEqual(span.links?.map((l) => [l.traceId, l.spanId]), [[TRACE, '5'.repeat(16)]]);
   });
 });
 
@@ -137,8 +144,8 @@ describe('a record the outcome probe made: its replays link to the request that 
     assert.equal(settled.reply.headers['idempotent-replayed'], 'true');
     assert.equal(up.exchanges.filter((e) => e.method === 'POST' && e.key === k).length, 1, 'the operation did not run again');
 
-    const [row] = await sql(db.url, 'SELECT response_headers FROM idempotency_keys WHERE idem_key = $1', [k]);
-    const trace = (row as { response_headers: Array<[string, string]> }).response_headers.find(([n]) => n === 'idempotency-proxy-trace')?.[1];
+    const [row] = await sql<{ trace_context: string | null }>(db.url, 'SELECT trace_context FROM idempotency_keys WHERE idem_key = $1', [k]);
+    const trace = row!.trace_context;
     assert.match(String(trace), new RegExp(`^00-${probing}-[0-9a-f]{16}-01$`), 'the record keeps the trace context of the request that recorded it');
 
     const again = await send(`${proxy.url}/v1/orders`, req('c'.repeat(32)));

@@ -8,6 +8,7 @@ import { claimFunction } from './004-claim-function.js';
 import { claimTenants } from './005-claim-tenants.js';
 import { tenantStatistics } from './006-tenant-statistics.js';
 import { claimProbes } from './007-claim-probes.js';
+import { traceContext } from './008-trace-context.js';
 
 export interface Migration {
   readonly version: number;
@@ -51,6 +52,7 @@ CREATE INDEX idempotency_keys_expires_at ON idempotency_keys (expires_at);
   claimTenants,
   tenantStatistics,
   claimProbes,
+  traceContext,
 ];
 
 export const latestVersion = migrations[migrations.length - 1]!.version;

@@ -38,8 +38,8 @@ import type { Statement } from '../db/port.js';
  * routes, methods, paths, in the order the store sorted them (by key).
  */
 export const claimStatement: Statement = {
-  name: 'idem_claim_v3',
-  text: `SELECT * FROM idempotency_claim($1::text, $2::text[], $3::text[], $4::uuid[], $5::float8[], $6::float8[],
+  name: 'idem_claim_v4',
+  text: `SELECT * FROM idempotency_claim_v2($1::text, $2::text[], $3::text[], $4::uuid[], $5::float8[], $6::float8[],
                                   $7::text[], $8::text[], $9::text[], $10::text[])`,
 };
 
@@ -51,8 +51,8 @@ export const claimStatement: Statement = {
  * its tenant id first. Never on Citus: a statement there touches one tenant.
  */
 export const claimTenantsStatement: Statement = {
-  name: 'idem_claim_tenants_v1',
-  text: `SELECT * FROM idempotency_claim_tenants($1::text[], $2::int[], $3::text[], $4::text[], $5::uuid[], $6::float8[],
+  name: 'idem_claim_tenants_v2',
+  text: `SELECT * FROM idempotency_claim_tenants_v2($1::text[], $2::int[], $3::text[], $4::text[], $5::uuid[], $6::float8[],
                                           $7::float8[], $8::text[], $9::text[], $10::text[], $11::text[])`,
 };
 
@@ -73,14 +73,14 @@ export const claimTenantsStatement: Statement = {
  *   claims again (its read finds it).
  */
 export const loneReadStatement: Statement = {
-  name: 'idem_claim_read_v1',
+  name: 'idem_claim_read_v2',
   text: `
 SELECT false AS inserted, extract(epoch FROM now())::float8 AS clock, idem_key, state, NULL::uuid AS owner_token,
        NULL::integer AS attempt, fingerprint, status_code, response_headers, response_body, body_retained, body_size,
        (expires_at <= now() AND (state <> 'in_flight' OR locked_until <= now())) AS free,
        (state = 'in_flight' AND locked_until <= now()) AS lease_over,
        greatest(1, ceil(extract(epoch FROM (locked_until - now()))))::integer AS retry_after_s,
-       greatest(0, floor(extract(epoch FROM (expires_at - now())) * 1000))::float8 AS ttl_left_ms
+       greatest(0, floor(extract(epoch FROM (expires_at - now())) * 1000))::float8 AS ttl_left_ms, trace_context
   FROM idempotency_keys
  WHERE tenant_id = $1 AND idem_key = $2`,
 };
@@ -113,7 +113,7 @@ const TAKEOVER = `DO UPDATE SET
   expires_at       = CASE WHEN k.expires_at <= EXCLUDED.created_at THEN EXCLUDED.expires_at ELSE k.expires_at END,
   created_at       = CASE WHEN k.expires_at <= EXCLUDED.created_at THEN EXCLUDED.created_at ELSE k.created_at END,
   completed_at     = NULL, status_code = NULL, response_headers = NULL,
-  response_body    = NULL, body_retained = NULL, body_size = NULL,
+  response_body    = NULL, body_retained = NULL, body_size = NULL, trace_context = NULL,
   route = EXCLUDED.route, method = EXCLUDED.method, path = EXCLUDED.path
 WHERE (k.expires_at <= EXCLUDED.created_at AND (k.state <> 'in_flight' OR k.locked_until <= EXCLUDED.created_at))
    OR (k.state = 'in_flight' AND k.locked_until <= EXCLUDED.created_at AND k.fingerprint = EXCLUDED.fingerprint)
@@ -147,7 +147,7 @@ const takeoverStatements: Statement[] = [];
 export function takeoverStatement(rows: number): Statement {
   let s = takeoverStatements[rows];
   if (s === undefined) {
-    const name = rows === 1 ? 'idem_claim_takeover_one_v1' : `idem_claim_takeover_v1_${rows}`;
+    const name = rows === 1 ? 'idem_claim_takeover_one_v2' : `idem_claim_takeover_v2_${rows}`;
     s = { name, text: insertText(rows, TAKEOVER) };
     takeoverStatements[rows] = s;
   }

@@ -17,24 +17,25 @@ import type { Statement } from '../db/port.js';
 // Every reference to the table filters on tenant_id = $1: on Citus the
 // statement runs on the tenant's shard alone.
 
-const SET = (status: string, headers: string, body: string, retained: string, size: string): string =>
+const SET = (status: string, headers: string, body: string, retained: string, size: string, trace: string): string =>
   `state = 'complete', status_code = ${status}, response_headers = ${headers}::jsonb,
          response_body = decode(${body}, 'hex'), body_retained = ${retained}, body_size = ${size},
-         completed_at = now(), locked_until = NULL`;
+         trace_context = ${trace}, completed_at = now(), locked_until = NULL`;
 const TTL_LEFT = (row: string): string =>
   `greatest(0, floor(extract(epoch FROM (${row}.expires_at - ${row}.completed_at)) * 1000))::float8`;
 
 /** The batch commits' write of the locked rows still in flight (commitStatement says why an upsert). */
 const UPSERT = (tenant: string): string => `INSERT INTO idempotency_keys AS k
     (tenant_id, idem_key, fingerprint, state, owner_token, expires_at, completed_at,
-     status_code, response_headers, response_body, body_retained, body_size)
+     status_code, response_headers, response_body, body_retained, body_size, trace_context)
   SELECT ${tenant}, l.idem_key, l.fingerprint, 'complete', l.owner_token, l.expires_at, now(),
-         l.status_code, l.headers::jsonb, decode(l.body, 'hex'), l.retained, l.size
+         l.status_code, l.headers::jsonb, decode(l.body, 'hex'), l.retained, l.size, l.trace
     FROM locked l WHERE l.state = 'in_flight' ORDER BY l.ord
   ON CONFLICT (tenant_id, idem_key) DO UPDATE
      SET state = 'complete', status_code = EXCLUDED.status_code, response_headers = EXCLUDED.response_headers,
          response_body = EXCLUDED.response_body, body_retained = EXCLUDED.body_retained,
-         body_size = EXCLUDED.body_size, completed_at = EXCLUDED.completed_at, locked_until = NULL
+         body_size = EXCLUDED.body_size, trace_context = EXCLUDED.trace_context,
+         completed_at = EXCLUDED.completed_at, locked_until = NULL
    WHERE k.owner_token = EXCLUDED.owner_token AND k.state = 'in_flight'`;
 
 /** The written rows (kept = false), then the locked rows already complete (kept = true). */
@@ -45,8 +46,8 @@ SELECT idem_key, true, ${TTL_LEFT('l')} FROM locked l WHERE state = 'complete'`;
 
 /**
  * A batch of one tenant: $1 tenant, then arrays of keys, tokens, statuses,
- * headers, bodies (hex), retained, sizes, in the order the store sorted them
- * (by key).
+ * headers, bodies (hex), retained, sizes, trace contexts (null where none:
+ * migration 8), in the order the store sorted them (by key).
  *
  * Every row is reached by its primary key alone, whatever the planner
  * believes about the table. A join of the batch with the table leaves the
@@ -72,14 +73,14 @@ SELECT idem_key, true, ${TTL_LEFT('l')} FROM locked l WHERE state = 'complete'`;
  *   the SET list (Citus refuses a STABLE one there).
  */
 export const commitStatement: Statement = {
-  name: 'idem_commit_v5',
+  name: 'idem_commit_v6',
   text: `
 WITH i AS (
-  SELECT * FROM unnest($2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[])
-    WITH ORDINALITY AS i(idem_key, owner_token, status_code, headers, body, retained, size, ord)
+  SELECT * FROM unnest($2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[], $9::text[])
+    WITH ORDINALITY AS i(idem_key, owner_token, status_code, headers, body, retained, size, trace, ord)
 ), locked AS (
   SELECT e.idem_key, e.state, e.fingerprint, e.expires_at, e.completed_at,
-         i.owner_token, i.status_code, i.headers, i.body, i.retained, i.size, i.ord
+         i.owner_token, i.status_code, i.headers, i.body, i.retained, i.size, i.trace, i.ord
     FROM i CROSS JOIN LATERAL (
       SELECT x.idem_key, x.state, x.fingerprint, x.expires_at, x.completed_at
         FROM idempotency_keys x
@@ -100,14 +101,14 @@ WITH i AS (
  * on Citus: a statement there touches one tenant.
  */
 export const commitTenantsStatement: Statement = {
-  name: 'idem_commit_tenants_v2',
+  name: 'idem_commit_tenants_v3',
   text: `
 WITH i AS (
-  SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[])
-    WITH ORDINALITY AS i(tenant_id, idem_key, owner_token, status_code, headers, body, retained, size, ord)
+  SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::int[], $5::text[], $6::text[], $7::bool[], $8::bigint[], $9::text[])
+    WITH ORDINALITY AS i(tenant_id, idem_key, owner_token, status_code, headers, body, retained, size, trace, ord)
 ), locked AS (
   SELECT e.tenant_id, e.idem_key, e.state, e.fingerprint, e.expires_at, e.completed_at,
-         i.owner_token, i.status_code, i.headers, i.body, i.retained, i.size, i.ord
+         i.owner_token, i.status_code, i.headers, i.body, i.retained, i.size, i.trace, i.ord
     FROM i CROSS JOIN LATERAL (
       SELECT x.tenant_id, x.idem_key, x.state, x.fingerprint, x.expires_at, x.completed_at
         FROM idempotency_keys x
@@ -132,10 +133,10 @@ SELECT tenant_id, idem_key, true, ${TTL_LEFT('l')} FROM locked l WHERE state = '
  * tells whether it is already complete under it (kept).
  */
 export const commitOneStatement: Statement = {
-  name: 'idem_commit_one_v5',
+  name: 'idem_commit_one_v6',
   text: `
 UPDATE idempotency_keys
-   SET ${SET('$4::int', '$5::text', '$6::text', '$7::bool', '$8::bigint')}
+   SET ${SET('$4::int', '$5::text', '$6::text', '$7::bool', '$8::bigint', '$9::text')}
  WHERE tenant_id = $1 AND idem_key = $2 AND owner_token = $3::uuid AND state = 'in_flight'
 RETURNING idem_key, false AS kept, ${TTL_LEFT('idempotency_keys')} AS ttl_left_ms`,
 };

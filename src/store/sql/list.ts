@@ -19,7 +19,8 @@ import type { Statement } from '../db/port.js';
 // (tenant_id = $1, the primary key's prefix).
 // The record's kind (docs/storage.md, Record kinds): a record without its
 // body is a reference when its reserved reference entry is last, or last but
-// the trace entry (src/proxy/headers.ts); otherwise a marker.
+// the trace entry (src/proxy/headers.ts: records stored before migration 8,
+// which moved the trace context to a column of its own); otherwise a marker.
 const RECORD_KIND = `CASE WHEN body_retained IS NULL THEN NULL WHEN body_retained THEN 'full'
               WHEN response_headers -> -1 ->> 0 = 'idempotency-proxy-reference'
                 OR (response_headers -> -1 ->> 0 = 'idempotency-proxy-trace' AND response_headers -> -2 ->> 0 = 'idempotency-proxy-reference')

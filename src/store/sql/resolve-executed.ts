@@ -7,10 +7,10 @@ import type { Statement } from '../db/port.js';
 // on an onExpiredLease = fail route, and not expired. The owner token is
 // cleared, so a holder that was only stalled is fenced out of its commit.
 export const resolveExecutedStatement: Statement = {
-  name: 'idem_admin_resolve_executed_v1',
+  name: 'idem_admin_resolve_executed_v2',
   text: `UPDATE idempotency_keys
             SET state = 'complete', status_code = $3, response_headers = $4::jsonb,
-                response_body = decode($5, 'hex'), body_retained = true, body_size = $6,
+                response_body = decode($5, 'hex'), body_retained = true, body_size = $6, trace_context = NULL,
                 completed_at = now(), locked_until = NULL, owner_token = NULL
           WHERE tenant_id = $1 AND idem_key = $2
             AND NOT (expires_at <= now() AND (state <> 'in_flight' OR locked_until <= now()))
