@@ -11,6 +11,7 @@ const TESTS = [
   'test/store/claim-call.test.js',
   'test/store/statement-plans.test.js',
   'test/store/migrate.test.js',
+  'test/store/rolling-upgrade.test.js',
   'test/store/co-commit.test.js',
   'test/store/probe-state.test.js',
   'test/store/tenant-router.test.js',

@@ -36,6 +36,11 @@ const CITUS = {
   done: { name: '', text: `SELECT logicalrelid::regclass::text AS name FROM pg_dist_partition` },
   distribute: { name: '', text: `SELECT create_distributed_table('idempotency_keys', 'tenant_id')` },
   reference: { name: '', text: `SELECT create_reference_table('idempotency_schema_migrations')` },
+  // A migration that changes the distributed table (ALTER TABLE, migration 8) and then creates or
+  // distributes a function in the same transaction: Citus refuses the function command after a parallel
+  // operation on a distributed table ("cannot run function command because there was a parallel
+  // operation…"). One connection per worker for the whole transaction lets both run.
+  sequential: { name: '', text: `SET LOCAL citus.multi_shard_modify_mode TO 'sequential'` },
 } as const;
 
 // The claim functions run whole on the worker of the tenant's shard (migrations 4 and 8): the one of
@@ -83,6 +88,7 @@ async function distributeOnCitus(tx: Queryable): Promise<string[]> {
 export async function migrate(db: Db): Promise<MigrateResult> {
   return db.transaction(async (tx) => {
     await tx.query(SQL.lock, [MIGRATION_LOCK]);
+    if (await onCitus(tx)) await tx.query(CITUS.sequential, []);
     await tx.query(SQL.table, []);
     const done = new Set((await tx.query<{ version: number }>(SQL.applied, [])).map((r) => r.version));
     const applied: Migration[] = [];

@@ -6,6 +6,8 @@ import { migrate } from '../../src/store/migrate.js';
 import { latestVersion } from '../../src/store/migrations/index.js';
 import { citusNodes } from '../helpers/citus.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
+import { KeyStore } from '../../src/store/key-store.js';
+import { randomUUID } from 'node:crypto';
 
 // Two instances starting at once on a fresh database: one migrates, the
 // other waits on the advisory lock and finds nothing to do. On Citus
@@ -48,5 +50,51 @@ describe(`migrate, two instances at once${citusNodes === null ? '' : ', on Citus
     }
     const again = await migrate(dbs[0]!);
     assert.deepEqual([again.applied.length, again.distributed.length], [0, 0]);
+  });
+});
+
+// Migration 8 on a table already in use (and, on Citus, already distributed):
+// the database is taken back to version 7 — its column and functions dropped,
+// its record removed — with a record stored the old way, then migrated again.
+describe(`migration 8 on a database at version 7 with records${citusNodes === null ? '' : ', on Citus'}`, () => {
+  let t: TestDatabase;
+  let db: Db;
+  before(async () => {
+    t = await createTestDatabase({ migrated: false });
+    db = createPgDb({ connectionString: t.url, max: 2 });
+  });
+  after(async () => {
+    await db?.close();
+    await t?.drop();
+  });
+
+  test('applies the column and the functions, distributes the new claim function on Citus, and keeps the records', async () => {
+    await migrate(db);
+    for (const back of ['DROP FUNCTION idempotency_claim_tenants_v2', 'DROP FUNCTION idempotency_claim_v2',
+      'ALTER TABLE idempotency_keys DROP COLUMN trace_context', 'DELETE FROM idempotency_schema_migrations WHERE version = 8']) await sql(t.url, back);
+    await sql(t.url, `INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, state, expires_at, completed_at, status_code,
+                                                    response_headers, response_body, body_retained, body_size)
+                      VALUES ('t', 'before-8', '\\x07'::bytea, 'complete', now() + interval '1 hour', now(), 200,
+                              '[["content-type","text/plain"],["idempotency-proxy-trace","00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"]]',
+                              '\\x6f6b'::bytea, true, 2)`);
+    const r = await migrate(db);
+    assert.deepEqual(r.applied.map((m) => m.version), [8]);
+    assert.deepEqual(r.distributed, citusNodes === null ? [] : ['idempotency_claim_v2()']);
+    const store = new KeyStore(db);
+    const old = await store.claim({ tenantId: 't', key: 'before-8', fingerprint: Buffer.from([7]), ownerToken: randomUUID(), leaseMs: 60_000,
+      ttlMs: 3_600_000, onExpiredLease: 'reexecute', route: 'r', method: 'POST', path: '/p' });
+    assert.equal(old.kind, 'complete', JSON.stringify(old));
+    if (old.kind === 'complete') {
+      assert.equal(old.response.body.toString(), 'ok');
+      assert.equal(old.response.trace, null);
+      assert.equal(old.response.headers.at(-1)![0], 'idempotency-proxy-trace');
+    }
+    const c = { tenantId: 't', key: 'after-8', fingerprint: Buffer.from([8]), ownerToken: randomUUID(), leaseMs: 60_000,
+      ttlMs: 3_600_000, onExpiredLease: 'reexecute' as const, route: 'r', method: 'POST', path: '/p' };
+    assert.equal((await store.claim(c)).kind, 'claimed');
+    const tp = '00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01';
+    await store.commit({ tenantId: 't', key: 'after-8', ownerToken: c.ownerToken, response: { status: 201, headers: [], body: Buffer.alloc(0), bodyRetained: true, bodySize: 0, trace: tp } });
+    const again = await store.claim({ ...c, ownerToken: randomUUID() });
+    assert.equal(again.kind === 'complete' ? again.response.trace : again.kind, tp);
   });
 });
