@@ -62,8 +62,8 @@ export async function onCitus(db: Queryable): Promise<boolean> {
   return citus?.present === true;
 }
 
+/** On Citus: distributes what is not yet (the key table, the migrations table, the claim functions). */
 async function distributeOnCitus(tx: Queryable): Promise<string[]> {
-  if (!(await onCitus(tx))) return [];
   const done = new Set((await tx.query<{ name: string }>(CITUS.done, [])).map((r) => r.name));
   const distributed: string[] = [];
   if (!done.has('idempotency_schema_migrations')) {
@@ -88,7 +88,8 @@ async function distributeOnCitus(tx: Queryable): Promise<string[]> {
 export async function migrate(db: Db): Promise<MigrateResult> {
   return db.transaction(async (tx) => {
     await tx.query(SQL.lock, [MIGRATION_LOCK]);
-    if (await onCitus(tx)) await tx.query(CITUS.sequential, []);
+    const citus = await onCitus(tx);
+    if (citus) await tx.query(CITUS.sequential, []);
     await tx.query(SQL.table, []);
     const done = new Set((await tx.query<{ version: number }>(SQL.applied, [])).map((r) => r.version));
     const applied: Migration[] = [];
@@ -99,7 +100,7 @@ export async function migrate(db: Db): Promise<MigrateResult> {
       await tx.query(SQL.record, [m.version, m.name]);
       applied.push(m);
     }
-    return { applied, version: latestVersion, distributed: await distributeOnCitus(tx) };
+    return { applied, version: latestVersion, distributed: citus ? await distributeOnCitus(tx) : [] };
   });
 }
 
