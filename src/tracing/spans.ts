@@ -32,12 +32,15 @@ interface RouteShape {
  */
 class ServerSpanShapes {
   private readonly byMethod = new Map<string, Map<string, RouteShape>>();
+  private lastRoute: RouteShape | null = null;
   private last: RouteShape | null = null;
   private lastOutcome = '';
   private lastPhase = '';
   private lastAttributes: CompiledAttributes | null = null;
 
   route(method: string, route: string): RouteShape {
+    const recent = this.lastRoute;
+    if (recent !== null && recent.method === method && recent.route === route) return recent;
     let byRoute = this.byMethod.get(method);
     if (byRoute === undefined) this.byMethod.set(method, (byRoute = new Map()));
     let shape = byRoute.get(route);
@@ -46,6 +49,7 @@ class ServerSpanShapes {
       shape = { name: `${method} ${route}`, method, route, fixed: kept ? new Map() : null };
       if (kept) byRoute.set(route, shape);
     }
+    this.lastRoute = shape;
     return shape;
   }
 
@@ -129,16 +133,21 @@ export class RequestTracing {
     return new TraceSpan(this.recorder, p.t0, p.t1, p.t2, p.t3, s0, this.ids.lastWord(s0), p.s0, p.s1, false, p.traceState, name, kind, performance.now());
   }
 
-  /** traceparent (and tracestate) naming `span` as the parent: [name, value, …]. */
-  headers(span: TraceSpan): string[] {
-    const out = ['traceparent', span.traceparent()];
-    if (span.traceState !== null) out.push('tracestate', span.traceState);
-    return out;
+  /** Appends traceparent (and tracestate) naming `span` as the parent to `headers` ([name, value, …]). */
+  addHeaders(span: TraceSpan, headers: string[]): void {
+    headers.push('traceparent', span.traceparent());
+    if (span.traceState !== null) headers.push('tracestate', span.traceState);
   }
 
   /** The record to store, with the traceparent of this execution's span as its trace context. */
   withTrace(ctx: RequestContext, rec: StoredResponse): StoredResponse {
-    return { ...rec, trace: ctx.span!.traceparent() };
+    // Field by field, not a spread: in the proxy under the bench's load a spread of the record took 1.1 µs
+    // against 0.44 (medians, both timed in one process). Required<>: a field added to StoredResponse must be
+    // added here too.
+    const traced: Required<StoredResponse> = {
+      status: rec.status, headers: rec.headers, body: rec.body, bodyRetained: rec.bodyRetained, bodySize: rec.bodySize, trace: ctx.span!.traceparent(),
+    };
+    return traced;
   }
 
   /**

@@ -29,7 +29,7 @@ export const forwardPhase: Phase = {
       // The upstream call's span is the parent the upstream sees (docs/operations.md, Tracing).
       span = deps.tracing!.child(ctx, 'upstream');
       span.setAttribute('http.request.method', ctx.method);
-      for (const h of deps.tracing!.headers(span)) extraHeaders.push(h);
+      deps.tracing!.addHeaders(span, extraHeaders);
     }
     recordUpstream(deps.upstream, ctx.req, ctx.body, ctx.res, new Forwarding(deps, ctx, resolve, reject, span), {
       limit: policy.maxStoredResponseBytes,
