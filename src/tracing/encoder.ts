@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import type { AttributeValue, SpanLink, TraceSpan } from './span.js';
 
 // What the recorder writes an ended span into: the export request being
@@ -53,7 +54,7 @@ export class Clock {
   }
 
   /** Writes the time as a little-endian fixed64 at `pos`. */
-  write(buf: Buffer, pos: number, ms: number): void {
+  write(view: DataView, pos: number, ms: number): void {
     const t = Math.round(ms * 1e6);
     const tLo = t % 4294967296;
     let lo = this.originLo + tLo;
@@ -62,15 +63,9 @@ export class Clock {
       lo -= 4294967296;
       hi += 1;
     }
-    // Byte by byte: Buffer#writeUInt32LE checks its arguments on every call.
-    buf[pos] = lo;
-    buf[pos + 1] = lo >>> 8;
-    buf[pos + 2] = lo >>> 16;
-    buf[pos + 3] = lo >>> 24;
-    buf[pos + 4] = hi;
-    buf[pos + 5] = hi >>> 8;
-    buf[pos + 6] = hi >>> 16;
-    buf[pos + 7] = hi >>> 24;
+    // Through a DataView, which the optimizing compiler inlines (Buffer#writeUInt32LE checks its arguments on every call).
+    view.setUint32(pos, lo, true);
+    view.setUint32(pos + 4, hi, true);
   }
 
   /** The same as a decimal string (OTLP/JSON). */
