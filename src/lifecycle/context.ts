@@ -58,6 +58,8 @@ export class RequestContext {
   cache: 'hit' | 'miss' | null = null;
   // tracing (src/tracing/spans.ts): null when tracing is off
   span: TraceSpan | null = null;
+  /** The request's duration as its metrics and log line record it (src/lifecycle/finish.ts); -1 until then. */
+  durationMs = -1;
   private keyHashed: string | undefined = undefined;
 
   constructor(readonly req: IncomingMessage, readonly res: ServerResponse) {

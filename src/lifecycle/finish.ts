@@ -45,6 +45,7 @@ export function createFinish(metrics: Metrics, logger: Logger): (ctx: RequestCon
 
   return (ctx) => {
     const ms = ctx.elapsedMs();
+    ctx.durationMs = ms;
     const route = ctx.route?.name ?? '(none)';
     const m = children(route, ctx.outcome);
     m.count.inc();

@@ -5,6 +5,8 @@
 // here allocates but the span itself and, for a child span that gets
 // attributes, one small array.
 
+import { performance } from 'node:perf_hooks';
+
 /** OTLP's SpanKind values (opentelemetry/proto/trace/v1/trace.proto). */
 export const INTERNAL = 1;
 export const SERVER = 2;
@@ -79,9 +81,9 @@ export class TraceSpan {
     if (this.sink !== null) this.error = message;
   }
 
-  /** Ends a child span: the recorder encodes it now. */
-  end(): void {
-    if (this.sink !== null) this.sink.record(this, performance.now());
+  /** Ends a child span (now, or at `endMs`): the recorder encodes it now. */
+  end(endMs: number = performance.now()): void {
+    if (this.sink !== null) this.sink.record(this, endMs);
   }
 
   /** `00-<trace id>-<span id>-<flags>`: this span as a parent (W3C Trace Context); made once (the upstream's header, the record's entry). */

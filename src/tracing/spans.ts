@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders } from 'node:http';
+import { performance } from 'node:perf_hooks';
 import { reservedEntry, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import type { RequestContext } from '../lifecycle/context.js';
@@ -124,13 +125,13 @@ export class RequestTracing {
   /**
    * A child of the request's span: a store round trip (claim, commit, release), the upstream call, a wait.
    * An unsampled request's children are its server span itself: they record nothing, and the upstream
-   * sees the server span's context.
+   * sees the server span's context. `startMs`: the phase's own clock reading, when it takes one anyway.
    */
-  child(ctx: RequestContext, name: string, kind: number = CLIENT): TraceSpan {
+  child(ctx: RequestContext, name: string, kind: number = CLIENT, startMs: number = performance.now()): TraceSpan {
     const p = ctx.span!;
     if (!p.sampled) return p;
     const s0 = this.ids.word();
-    return new TraceSpan(this.recorder, p.t0, p.t1, p.t2, p.t3, s0, this.ids.lastWord(s0), p.s0, p.s1, false, p.traceState, name, kind, performance.now());
+    return new TraceSpan(this.recorder, p.t0, p.t1, p.t2, p.t3, s0, this.ids.lastWord(s0), p.s0, p.s1, false, p.traceState, name, kind, startMs);
   }
 
   /** Appends traceparent (and tracestate) naming `span` as the parent to `headers` ([name, value, …]). */
@@ -177,7 +178,8 @@ export class RequestTracing {
     const route = ctx.route?.name ?? '(none)';
     const shape = this.shapes.route(ctx.method, route);
     span.name = shape.name;
-    const enc = this.recorder.open(span, performance.now());
+    // It ends when the request's metrics and log line say it did (src/lifecycle/finish.ts, which runs first).
+    const enc = this.recorder.open(span, ctx.durationMs < 0 ? performance.now() : ctx.start + ctx.durationMs);
     if (enc === null) return;
     enc.attrs(this.shapes.attributes(enc, shape, ctx.outcome, ctx.phase));
     enc.attr('url.path', ctx.path);
@@ -190,8 +192,8 @@ export class RequestTracing {
   }
 }
 
-/** Ends a child span; a failure marks it. */
-export function endChild(span: TraceSpan, err?: unknown): void {
+/** Ends a child span; a failure marks it. `endMs`: the phase's own clock reading, when it takes one anyway. */
+export function endChild(span: TraceSpan, err?: unknown, endMs?: number): void {
   if (err !== undefined) span.fail((err as Error)?.message ?? String(err));
-  span.end();
+  span.end(endMs);
 }

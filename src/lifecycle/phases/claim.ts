@@ -5,7 +5,7 @@ import type { ClaimOutcome, ClaimRequest } from '../../store/records.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
 import { endChild } from '../../tracing/spans.js';
-import { INTERNAL } from '../../tracing/span.js';
+import { CLIENT, INTERNAL } from '../../tracing/span.js';
 import { KeyHold } from '../hold.js';
 import { waiterId } from '../waiters.js';
 import { NEXT, problem, type Phase, type ProblemVerdict, type Verdict } from '../verdict.js';
@@ -35,7 +35,7 @@ export const claimPhase: Phase = {
     };
     ctx.claim = req;
     const t0 = performance.now();
-    const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'claim');
+    const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'claim', CLIENT, t0);
     let outcome: ClaimOutcome;
     try {
       outcome = await deps.store.claim(req);
@@ -48,10 +48,11 @@ export const claimPhase: Phase = {
       return plan.strategy.storeDown(deps, ctx, err);
     }
     deps.storeHealth.up();
-    const ms = performance.now() - t0;
+    const t1 = performance.now();
+    const ms = t1 - t0;
     if (span !== null) {
       span.setAttribute('idempotency.claim', outcome.kind);
-      endChild(span);
+      endChild(span, undefined, t1);
     }
     ctx.storeMs += ms;
     deps.metrics.storeDuration.labels('claim').observe(ms / 1000);

@@ -3,6 +3,7 @@ import { Problems, problemRecord, upstreamProblem } from '../../http/problems.js
 import type { Recording } from '../../proxy/record-handler.js';
 import { asReference } from '../../proxy/reference.js';
 import type { StoredResponse } from '../../store/records.js';
+import { CLIENT } from '../../tracing/span.js';
 import { endChild } from '../../tracing/spans.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
@@ -94,13 +95,12 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
   const t0 = performance.now();
   const giveUpAt = t0 + Math.max(claim.leaseMs, COMMIT_PATIENCE_MIN_MS);
   // Traced: the record keeps this execution's trace context, for its replays' links.
-  const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'commit');
+  const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'commit', CLIENT, t0);
   const stored = span === null ? rec : deps.tracing!.withTrace(ctx, rec);
   let outcome;
   for (let i = 0; ; i++) {
     try {
       outcome = await deps.store.commit({ tenantId: claim.tenantId, key: claim.key, ownerToken: claim.ownerToken, response: stored });
-      if (span !== null) endChild(span);
       break;
     } catch (err) {
       deps.metrics.storeErrors.inc({ op: 'commit' });
@@ -114,7 +114,9 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
       await new Promise((r) => setTimeout(r, COMMIT_BACKOFF_MS[i] ?? COMMIT_BACKOFF_MAX_MS));
     }
   }
-  const ms = performance.now() - t0;
+  const t1 = performance.now();
+  if (span !== null) endChild(span, undefined, t1);
+  const ms = t1 - t0;
   ctx.storeMs += ms;
   deps.metrics.storeDuration.labels('commit').observe(ms / 1000);
   if (!outcome.committed) {
@@ -136,7 +138,7 @@ export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise
   const claim = ctx.claim!;
   ctx.released = true;
   const t0 = performance.now();
-  const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'release');
+  const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'release', CLIENT, t0);
   try {
     await deps.store.release(claim.tenantId, claim.key, claim.ownerToken);
     if (span !== null) endChild(span);
