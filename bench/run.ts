@@ -10,6 +10,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Children, type ServerHandle } from './lib/children.js';
 import { claimDatabases, measureClaim, type ClaimResult } from './lib/claim.js';
+import { logOffset, spansLostSince } from './lib/lost-spans.js';
 import { failedPair, measurePair, type PairResult, type PairShape, type PairSide } from './lib/pair.js';
 import { isEntry } from './lib/cli-args.js';
 import type { BenchContext } from './lib/context.js';
@@ -222,7 +223,12 @@ async function runTracePairs(ctx: BenchContext, databaseUrl: string | null, ids:
     return [{ server: off, upstream: forOff }, { server: on, upstream: forOn, others: [sink] }];
   }, async (a, b) => {
     const out: PairResult[] = [];
-    for (const shape of shapes) if (!ctx.interrupted()) out.push(await measurePair(ctx, a, b, shape));
+    for (const shape of shapes) {
+      if (ctx.interrupted()) break;
+      const from = logOffset(b.server.logFile);
+      const result = await measurePair(ctx, a, b, shape);
+      out.push({ ...result, spansLost: spansLostSince(b.server.logFile, from) });
+    }
     return out;
   }, (error) => shapes.map((s) => failedPair(error, s)));
 }

@@ -134,7 +134,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     const budget = new MemoryBudget(config.limits.maxBufferedBytes);
     metrics.bufferedBytes.watch(() => budget.held);
     let live = { config, plans: new Plans(router, { cache: hasCache }) };
-    const tracing = await openTracing(config, logger);
+    const tracing = await openTracing(config, metrics, logger);
     if (tracing !== null) {
       // An unreachable collector loses the last spans, never the shutdown.
       cleanups.push(() => tracing.shutdown().catch((e: unknown) => logger.warn({ err: (e as Error).message }, 'tracing: the last spans could not be exported')));
@@ -243,14 +243,15 @@ async function openCache(config: Config, opts: StartOptions, metrics: Metrics, l
 }
 
 /** Tracing's modules (the recorder, OpenTelemetry's exporter) are imported only when tracing is on (docs/operations.md, Tracing). */
-async function openTracing(config: Config, logger: Logger): Promise<StartedTracing | null> {
+async function openTracing(config: Config, metrics: Metrics, logger: Logger): Promise<StartedTracing | null> {
   if (!config.tracing.enabled) return null;
   const { startTracing } = await import('./tracing/start.js');
-  // Lost spans are logged at most every 10 s, with how many since the last line.
+  // Lost spans are counted (idempotency_proxy_tracing_spans_lost_total) and logged at most every 10 s, with how many since the last line.
   let lost = 0;
   let lastWarned = 0;
   const t = startTracing(config.tracing, {
-    onLoss: (spans, reason) => {
+    onLoss: (spans, cause, reason) => {
+      metrics.tracingSpansLost.inc({ cause }, spans);
       lost += spans;
       const now = Date.now();
       if (now - lastWarned < 10_000) return;
@@ -260,7 +261,12 @@ async function openTracing(config: Config, logger: Logger): Promise<StartedTraci
     },
   });
   const endpoint = config.tracing.endpoint ?? process.env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? process.env.OTEL_EXPORTER_OTLP_ENDPOINT ?? null;
-  logger.info({ endpoint: endpoint === null ? null : maskUrl(endpoint), protocol: config.tracing.protocol, sampler: t.sampler.description }, 'tracing on: exporting spans over OTLP/HTTP');
+  const { maxBatch, maxQueue } = t.batch;
+  logger.info({ endpoint: endpoint === null ? null : maskUrl(endpoint), protocol: config.tracing.protocol, sampler: t.sampler.description, maxBatch, maxQueue }, 'tracing on: exporting spans over OTLP/HTTP');
+  // Spans being sent count against the queue: with room for less than two batches, spans recorded while one is sent are dropped.
+  if (maxQueue < 2 * maxBatch) {
+    logger.warn({ maxBatch, maxQueue }, 'tracing: OTEL_BSP_MAX_QUEUE_SIZE holds less than two export batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE): spans recorded while a batch is sent are dropped; make the queue at least twice the batch');
+  }
   return t;
 }
 

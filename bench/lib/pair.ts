@@ -69,6 +69,8 @@ export interface PairResult {
   readonly ratio: number | null; // median of the rounds' rate ratios
   readonly cpuRatio: number | null; // median of the rounds' CPU-per-request ratios
   readonly totalCpuRatio: number | null; // median, each side with its upstream
+  /** The tracing pairs: spans the traced side logged as lost during this pair (lib/lost-spans.ts); null when its log could not be read. */
+  readonly spansLost?: number | null;
 }
 
 const PASS = SCENARIOS.find((s) => s.id === 'pass')!;

@@ -34,6 +34,8 @@ export interface Metrics {
   readonly batchSize: FastHistogram<'statement'>;
   /** TLS handshakes the listener refused, by reason (src/ops/tls-refusals.ts). */
   readonly tlsRefused: FastCounter<'reason'>;
+  /** Spans tracing dropped, by cause: queue_full, export_failed (src/tracing/recorder.ts). */
+  readonly tracingSpansLost: FastCounter<'cause'>;
   /** Set by the key census (src/admin/census.ts), not per request. */
   readonly keyCensus: KeyCensusGauges;
 }
@@ -113,6 +115,7 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
     failures: new FastCounter({ name: 'idempotency_proxy_failures_total', help: 'Requests that ended in a failure, by the phase where it ended and who failed (store, upstream, internal)', labelNames: ['route', 'phase', 'source'], registers }),
     batchSize: new FastHistogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
     tlsRefused: new FastCounter({ name: 'idempotency_proxy_tls_handshakes_refused_total', help: 'TLS handshakes the listener refused or that did not finish, by reason', labelNames: ['reason'], registers }),
+    tracingSpansLost: new FastCounter({ name: 'idempotency_proxy_tracing_spans_lost_total', help: 'Spans tracing dropped: queue_full (OTEL_BSP_MAX_QUEUE_SIZE spans not yet exported), export_failed (the collector refused or did not answer)', labelNames: ['cause'], registers }),
     keyCensus: new KeyCensusGauges(registers),
   };
 }

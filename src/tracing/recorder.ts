@@ -15,14 +15,17 @@ export interface Export {
   shutdown(): Promise<void>;
 }
 
+/** Why spans were lost: the label of idempotency_proxy_tracing_spans_lost_total. */
+export type LossCause = 'queue_full' | 'export_failed';
+
 export interface RecorderOptions {
   readonly maxQueue: number;
   readonly maxBatch: number;
   readonly delayMs: number;
   /** Exports at once, at most. */
   readonly concurrency: number;
-  /** Spans dropped: a full queue, or an export that failed. */
-  readonly onLoss: (spans: number, reason: string) => void;
+  /** Spans dropped: a full queue (`queue_full`), or an export that failed (`export_failed`, with why). */
+  readonly onLoss: (spans: number, cause: LossCause, reason: string) => void;
 }
 
 export class Recorder implements SpanSink {
@@ -38,7 +41,7 @@ export class Recorder implements SpanSink {
   /** The encoder to write an ended span into, or null when the queue is full (the span is dropped). Then close(). */
   open(span: TraceSpan, endMs: number): SpanEncoder | null {
     if (this.queued >= this.opts.maxQueue) {
-      this.opts.onLoss(1, 'the span queue is full');
+      this.opts.onLoss(1, 'queue_full', 'the span queue is full');
       return null;
     }
     this.encoder.open(span, endMs);
@@ -94,7 +97,7 @@ export class Recorder implements SpanSink {
           this.sent(spans);
         },
         (err: unknown) => {
-          this.opts.onLoss(spans, `the export failed: ${(err as Error)?.message ?? String(err)}`);
+          this.opts.onLoss(spans, 'export_failed', `the export failed: ${(err as Error)?.message ?? String(err)}`);
           this.sent(spans);
         },
       );

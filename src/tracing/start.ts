@@ -10,7 +10,7 @@ import type { Envelope, SpanEncoder } from './encoder.js';
 import { IdPool } from './ids.js';
 import { JsonSpans } from './otlp-json.js';
 import { ProtobufSpans } from './otlp-protobuf.js';
-import { Recorder, type Export } from './recorder.js';
+import { Recorder, type Export, type LossCause } from './recorder.js';
 import { samplerFrom, type Sampler } from './sampler.js';
 import type { AttributeValue, SpanRef } from './span.js';
 import { RequestTracing, type TraceContextReader } from './spans.js';
@@ -27,13 +27,15 @@ import { RequestTracing, type TraceContextReader } from './spans.js';
 export interface StartedTracing {
   readonly tracing: RequestTracing;
   readonly sampler: Sampler;
+  /** The batch processor's settings in force (OTEL_BSP_*), for the start-up log. */
+  readonly batch: BatchOptions;
   /** Exports what is recorded, then stops. */
   shutdown(): Promise<void>;
 }
 
 export interface TracingHooks {
-  /** Spans lost: a full queue or a failed export (src/app.ts logs it, at most every 10 s). */
-  readonly onLoss: (spans: number, reason: string) => void;
+  /** Spans lost: a full queue or a failed export (src/app.ts counts them and logs them, at most every 10 s). */
+  readonly onLoss: (spans: number, cause: LossCause, reason: string) => void;
 }
 
 /** The instrumentation scope's version: the proxy's own, from its package.json (dist/src/tracing/ → the root). */
@@ -44,14 +46,16 @@ function proxyVersion(): string {
 export function startTracing(config: TracingConfig, hooks: TracingHooks, env: NodeJS.ProcessEnv = process.env): StartedTracing {
   const sampler = samplerFrom(config.sampleRatio, env);
   const encoder = encoderFor(config, envelope(config, env));
+  const batch = batchOptions(env);
   const recorder = new Recorder(encoder, exporter(config, encoder.contentType), {
-    ...batchOptions(env),
+    ...batch,
     concurrency: 4,
     onLoss: hooks.onLoss,
   });
   return {
     tracing: new RequestTracing(recorder, sampler, new IdPool(), traceContextReader()),
     sampler,
+    batch,
     shutdown: () => recorder.shutdown(),
   };
 }
@@ -83,7 +87,13 @@ function envelope(config: TracingConfig, env: NodeJS.ProcessEnv): Envelope {
 export const DEFAULT_MAX_EXPORT_BATCH = 4_096;
 const DEFAULT_MAX_QUEUE = 16_384;
 
-function batchOptions(env: NodeJS.ProcessEnv): { maxQueue: number; maxBatch: number; delayMs: number } {
+export interface BatchOptions {
+  readonly maxQueue: number;
+  readonly maxBatch: number;
+  readonly delayMs: number;
+}
+
+function batchOptions(env: NodeJS.ProcessEnv): BatchOptions {
   const read = (name: string, fallback: number): number => {
     const raw = env[name];
     if (raw === undefined || raw.trim() === '') return fallback;

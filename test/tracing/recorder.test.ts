@@ -55,7 +55,7 @@ describe('the span recorder', () => {
     const receiver = await startReceiver();
     receivers.push(receiver);
     const losses: string[] = [];
-    const t = startTracing(config(receiver.url), { onLoss: (n, why) => losses.push(`${n} ${why}`) },
+    const t = startTracing(config(receiver.url), { onLoss: (n, _cause, why) => losses.push(`${n} ${why}`) },
       { OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '4', OTEL_BSP_SCHEDULE_DELAY: '60000' });
     serve(t, 10);
     await until('two full batches', () => receiver.spans.length >= 8);
@@ -86,14 +86,14 @@ describe('the span recorder', () => {
   test('a full queue drops spans, says how many, and never holds a request', async () => {
     const receiver = await startReceiver({ delayMs: 500 });
     receivers.push(receiver);
-    const losses: Array<[number, string]> = [];
-    const t = startTracing(config(receiver.url), { onLoss: (n, why) => losses.push([n, why]) },
+    const losses: Array<[number, string, string]> = [];
+    const t = startTracing(config(receiver.url), { onLoss: (n, cause, why) => losses.push([n, cause, why]) },
       { OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '4', OTEL_BSP_MAX_QUEUE_SIZE: '8' });
     const started = performance.now();
     serve(t, 20);
     assert.ok(performance.now() - started < 200, 'recording does not wait for the collector');
     assert.equal(losses.length, 12, `12 spans over the queue of 8: ${JSON.stringify(losses)}`);
-    assert.ok(losses.every(([n, why]) => n === 1 && why === 'the span queue is full'));
+    assert.ok(losses.every(([n, cause, why]) => n === 1 && cause === 'queue_full' && why === 'the span queue is full'));
     await t.shutdown();
     assert.equal(receiver.spans.length, 8);
   });
