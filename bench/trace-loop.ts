@@ -85,13 +85,18 @@ class Request {
   }
 }
 
-function replay(i: number): void {
+/** A request's server span started and its claim span recorded, as the claim phase does. */
+function claimed(i: number, claim: string): RequestContext {
   const ctx = new Request('k', hashes[i % 1000]!) as unknown as RequestContext;
   tracing.start(ctx);
-  const t0 = performance.now();
-  const claim = tracing.child(ctx, 'claim', CLIENT, t0);
-  claim.setAttribute('idempotency.claim', 'complete');
-  endChild(claim, undefined, performance.now());
+  const span = tracing.child(ctx, 'claim', CLIENT, performance.now());
+  span.setAttribute('idempotency.claim', claim);
+  endChild(span, undefined, performance.now());
+  return ctx;
+}
+
+function replay(i: number): void {
+  const ctx = claimed(i, 'complete');
   ctx.outcome = 'replayed';
   ctx.phase = 'claim';
   ctx.status = 201;
@@ -102,12 +107,7 @@ function replay(i: number): void {
 
 const headers: string[] = [];
 function newKey(i: number): void {
-  const ctx = new Request('k', hashes[i % 1000]!) as unknown as RequestContext;
-  tracing.start(ctx);
-  const t0 = performance.now();
-  const claim = tracing.child(ctx, 'claim', CLIENT, t0);
-  claim.setAttribute('idempotency.claim', 'claimed');
-  endChild(claim, undefined, performance.now());
+  const ctx = claimed(i, 'claimed');
   const upstream = tracing.child(ctx, 'upstream');
   upstream.setAttribute('http.request.method', ctx.method);
   headers.length = 0;
