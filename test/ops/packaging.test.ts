@@ -324,6 +324,22 @@ describe('metrics in the dashboard and the docs', () => {
     assert.deepEqual(own.filter((n) => !used.has(n)), [], 'metrics missing from the dashboard');
   });
 
+  test('the dashboard\'s panels have ids of their own and do not overlap (Grafana would merge or move them on import)', () => {
+    type Panel = { id: number; title: string; gridPos: { x: number; y: number; w: number; h: number } };
+    const panels = (JSON.parse(read('deploy/grafana/dashboard.json')) as { panels: Panel[] }).panels;
+    const ids = panels.map((p) => p.id);
+    assert.deepEqual(ids.filter((id, i) => ids.indexOf(id) !== i), [], 'panel ids used twice');
+    const overlaps: string[] = [];
+    for (const [i, a] of panels.entries()) {
+      for (const b of panels.slice(i + 1)) {
+        const g = a.gridPos;
+        const h = b.gridPos;
+        if (g.x < h.x + h.w && h.x < g.x + g.w && g.y < h.y + h.h && h.y < g.y + g.h) overlaps.push(`"${a.title}" and "${b.title}"`);
+      }
+    }
+    assert.deepEqual(overlaps, [], 'panels placed over each other');
+  });
+
   test('docs/operations.md explains every proxy metric', () => {
     const doc = read('docs/operations.md');
     const rows = new Set([...doc.matchAll(/^\| `(idempotency_proxy_[a-z0-9_]+)` \|/gm)].map((m) => m[1]!));
