@@ -18,6 +18,8 @@ import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upst
 // its own environment.
 
 const LOST = 'idempotency_proxy_tracing_spans_lost_total';
+/** The start-up warning (src/app.ts) for a queue with room for less than two batches. */
+const SMALL_QUEUE = 'tracing: OTEL_BSP_MAX_QUEUE_SIZE holds less than two export batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE): spans recorded while a batch is sent are dropped; make the queue at least twice the batch';
 
 const logged = (proxy: SpawnedProxy, msg: string): Array<Record<string, unknown>> =>
   proxy.lines.flatMap((l) => {
@@ -50,7 +52,7 @@ describe('tracing: lost spans are counted by cause', () => {
   test('a queue with room for one batch: warned about at start, and the spans recorded while that batch is sent are counted as queue_full', async () => {
     const proxy = await serve({ OTEL_EXPORTER_OTLP_ENDPOINT: slow.url, OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '4', OTEL_BSP_MAX_QUEUE_SIZE: '4' });
     try {
-      assert.equal(logged(proxy, 'tracing: OTEL_BSP_MAX_QUEUE_SIZE holds less than two export batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE): spans recorded while a batch is sent are dropped; make the queue at least twice the batch').length, 1,
+      assert.equal(logged(proxy, SMALL_QUEUE).length, 1,
         `the start-up warning: ${proxy.lines.join('\n')}`);
       // Ten executions at once, four spans each (server, claim, upstream, commit): the first four fill the
       // only batch the queue has room for, which the collector holds for 3 s; the other 36 are dropped.
@@ -84,7 +86,7 @@ describe('tracing: lost spans are counted by cause', () => {
   test('a collector that refuses the connection: the batch is counted as export_failed', async () => {
     const proxy = await serve({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9', OTEL_BSP_SCHEDULE_DELAY: '50', OTEL_EXPORTER_OTLP_TIMEOUT: '1000' });
     try {
-      assert.equal(logged(proxy, 'tracing: OTEL_BSP_MAX_QUEUE_SIZE holds less than two export batches (OTEL_BSP_MAX_EXPORT_BATCH_SIZE): spans recorded while a batch is sent are dropped; make the queue at least twice the batch').length, 0,
+      assert.equal(logged(proxy, SMALL_QUEUE).length, 0,
         'the default queue holds four batches');
       const r = await send(`${proxy.url}/orders`, { headers: { 'idempotency-key': `refused-${Date.now()}`, 'content-type': 'application/json' }, body: '{}' });
       assert.equal(r.status, 201);
