@@ -11,9 +11,10 @@
 // too (what a proxy sends upstream is part of its cost to the shared core).
 //
 // Three readings per round: the ratio of the request rates; the ratio of the
-// CPU time each server used per request (from /proc/<pid>/stat, over the
-// middle of the measured window, read for all four processes at the same
-// instants); and the same ratio with each side's upstream added, the cost per
+// CPU time each server used per request (the nanoseconds its threads ran,
+// from /proc/<pid>/task/*/schedstat — /proc/<pid>/stat's 10 ms ticks were
+// about 1 % of a reading —, over the middle of the measured window, read for
+// all four processes at the same instants); and the same ratio with each side's upstream added, the cost per
 // request to the core that the alternating rows divide among themselves.
 // Under contention the scheduler need not share the CPU evenly between the
 // two sides, so the rates can lean either way by several per cent; the CPU
@@ -21,7 +22,7 @@
 // the alternating row; the pair is the cross-check.
 import type { ServerHandle } from './children.js';
 import { REQUEST_BODY, type BenchContext } from './context.js';
-import { CLOCK_TICKS_PER_S, readCpuTicks } from './proc.js';
+import { CLOCK_TICKS_PER_S, cpuNsBetween, readCpuNs, readCpuTicks, type CpuNs } from './proc.js';
 import { BASELINE, SCENARIOS } from './scenarios.js';
 import { median } from './summary.js';
 import type { CannonResult, CannonSpec, KeyPlan } from './types.js';
@@ -85,15 +86,30 @@ export const PASS_PAIR: PairShape = {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const round3 = (x: number): number => Number(x.toFixed(3));
 
-/** CPU ticks of each process, read one after the other; null if any is gone. */
-function readAll(pids: readonly number[]): number[] | null {
-  const out: number[] = [];
+/** The CPU time of each process, read one after the other (its threads' nanoseconds, and its ticks); null if any is gone. */
+interface CpuReading {
+  readonly ticks: number;
+  readonly ns: CpuNs | null;
+}
+
+function readAll(pids: readonly number[]): CpuReading[] | null {
+  const out: CpuReading[] = [];
   for (const pid of pids) {
-    const t = readCpuTicks(pid);
-    if (t === null) return null;
-    out.push(t);
+    const ns = readCpuNs(pid);
+    const ticks = readCpuTicks(pid);
+    if (ticks === null) return null;
+    out.push({ ticks, ns });
   }
   return out;
+}
+
+/** Seconds of CPU each process used between two readings: from its threads' nanoseconds, or its ticks when a thread came or went. */
+function cpuSeconds(before: readonly CpuReading[], after: readonly CpuReading[]): number[] {
+  return after.map((a, i) => {
+    const b = before[i]!;
+    const ns = cpuNsBetween(b.ns, a.ns);
+    return ns === null ? (a.ticks - b.ticks) / CLOCK_TICKS_PER_S : ns / 1e9;
+  });
 }
 
 export async function measurePair(ctx: BenchContext, baselineSide: PairSide, proxySide: PairSide, shape: PairShape = PASS_PAIR): Promise<PairResult> {
@@ -137,7 +153,7 @@ export async function measurePair(ctx: BenchContext, baselineSide: PairSide, pro
     const both = Promise.allSettled([sideA, sideB]);
     // CPU over the middle of the measured run: read all four at the same instants.
     const windowS = durationS - 2 * CPU_MARGIN_S;
-    let ticks: { d: number[]; s: number } | null = null;
+    let cpu: { d: number[]; s: number } | null = null;
     if (!priming && windowS >= 2) {
       await sleep((warmupS + CPU_MARGIN_S) * 1000);
       const t0 = performance.now();
@@ -145,7 +161,7 @@ export async function measurePair(ctx: BenchContext, baselineSide: PairSide, pro
       await sleep(windowS * 1000);
       const after = readAll(pids);
       const s = (performance.now() - t0) / 1000;
-      if (before !== null && after !== null) ticks = { d: after.map((t, i) => t - before[i]!), s };
+      if (before !== null && after !== null) cpu = { d: cpuSeconds(before, after), s };
     }
     const [b, p] = await both;
     const result = (x: PromiseSettledResult<CannonResult>): CannonResult | null => (x.status === 'fulfilled' ? x.value : null);
@@ -159,18 +175,18 @@ export async function measurePair(ctx: BenchContext, baselineSide: PairSide, pro
     // µs of CPU per request over the window: [baseline, proxy, baseline's upstream, proxy's upstream]
     // Each upstream serves its own side only: its requests are its server's.
     const rates = ok ? [base.rps, pass.rps, base.rps, pass.rps, ...othersA.map(() => base.rps), ...othersB.map(() => pass.rps)] : null;
-    const us = rates !== null && ticks !== null ? ticks.d.map((t, i) => ((t / CLOCK_TICKS_PER_S) * 1e6) / (rates[i]! * ticks!.s)) : null;
-    const cpu = (i: number): number | null => (us === null ? null : Math.round(us[i]!));
-    const baselineCpuUs = cpu(0);
-    const proxyCpuUs = cpu(1);
+    const us = rates !== null && cpu !== null ? cpu.d.map((t, i) => (t * 1e6) / (rates[i]! * cpu!.s)) : null;
+    const usOf = (i: number): number | null => (us === null ? null : Math.round(us[i]!));
+    const baselineCpuUs = usOf(0);
+    const proxyCpuUs = usOf(1);
     // Each side's upstream and its others together: what else the side makes the shared core do per request.
     const sum = (from: number, n: number): number => us!.slice(from, from + n).reduce((a, b) => a + b, 0);
     if (us !== null) {
       us[2] = us[2]! + sum(4, othersA.length);
       us[3] = us[3]! + sum(4 + othersA.length, othersB.length);
     }
-    const baselineUpstreamCpuUs = cpu(2);
-    const proxyUpstreamCpuUs = cpu(3);
+    const baselineUpstreamCpuUs = usOf(2);
+    const proxyUpstreamCpuUs = usOf(3);
     const cpuRatio = us !== null && us[0]! > 0 ? round3(us[1]! / us[0]!) : null;
     const totalCpuRatio = us !== null && us[0]! + us[2]! > 0 ? round3((us[1]! + us[3]!) / (us[0]! + us[2]!)) : null;
     if (!priming) rounds.push({ round, baseline: base, proxy: pass, ratio, baselineCpuUs, proxyCpuUs, cpuRatio, baselineUpstreamCpuUs, proxyUpstreamCpuUs, totalCpuRatio, error });

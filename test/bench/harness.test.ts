@@ -17,6 +17,7 @@ import { makeCertificate } from '../../bench/lib/certificate.js';
 import { H2LOAD_PACKAGE, parseH2loadOutput, runH2load } from '../../bench/lib/h2load.js';
 import { parseRunOptions } from '../../bench/lib/options.js';
 import { makePlan } from '../../bench/lib/plan.js';
+import { cpuNsBetween, readCpuNs, readCpuTicks } from '../../bench/lib/proc.js';
 import { summarize, type RunRecord } from '../../bench/lib/summary.js';
 import { SCENARIOS } from '../../bench/lib/scenarios.js';
 import type { CannonResult } from '../../bench/lib/types.js';
@@ -70,6 +71,30 @@ describe('bench plan: the tracing pairs', () => {
     const opts = parseRunOptions([], { BENCH_LOAD: 'autocannon', BENCH_TRACE_ENV: 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE=512, OTEL_TRACES_SAMPLER=always_off' });
     assert.deepEqual(opts.traceEnv, { OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '512', OTEL_TRACES_SAMPLER: 'always_off' });
     assert.throws(() => parseRunOptions([], { BENCH_LOAD: 'autocannon', BENCH_TRACE_ENV: 'batch 512' }), /BENCH_TRACE_ENV: "batch 512" is not NAME=value/);
+  });
+});
+
+describe('bench pairs: CPU time in nanoseconds', () => {
+  test('a process\'s threads\' nanoseconds agree with its clock ticks, to the tick', () => {
+    const before = readCpuNs(process.pid);
+    const ticksBefore = readCpuTicks(process.pid)!;
+    const until = performance.now() + 300;
+    let spins = 0;
+    while (performance.now() < until) spins += 1; // 300 ms of this thread's CPU
+    const after = readCpuNs(process.pid);
+    const ticks = readCpuTicks(process.pid)! - ticksBefore;
+    assert.ok(before !== null && after !== null && before.threads.length > 0, 'this process\'s threads were read');
+    const ns = cpuNsBetween(before, after);
+    assert.ok(ns !== null, `the same threads both times (${before.threads} / ${after.threads})`);
+    assert.ok(ns >= 250e6 && spins > 0, `at least the 300 ms spun (less the clock's own reads): ${ns} ns`);
+    // /proc/<pid>/stat's ticks are the same time rounded to 10 ms at each end (with the other threads' bit).
+    assert.ok(Math.abs(ns / 1e7 - ticks) <= 3, `${ns} ns against ${ticks} ticks`);
+  });
+
+  test('readings of different threads are not compared; a process that is gone reads null', () => {
+    assert.equal(cpuNsBetween({ ns: 5e6, threads: '1,2' }, { ns: 9e6, threads: '1,3' }), null);
+    assert.equal(cpuNsBetween({ ns: 5e6, threads: '1,2' }, { ns: 9e6, threads: '1,2' }), 4e6);
+    assert.equal(readCpuNs(2 ** 22 + 7), null);
   });
 });
 
