@@ -101,6 +101,7 @@ async function main(): Promise<number> {
   let claim: ClaimResult | null = null;
   let pair: PairResult | null = null;
   let tracePairs: PairResult[] = [];
+  let buildPairs: PairResult[] = [];
   let fleet: Fleet | null = null;
   const settings = await durabilitySettings(opts.adminUrl).catch(() => null);
   try {
@@ -114,6 +115,7 @@ async function main(): Promise<number> {
     runs.push(...(await runRepetitions(ctx, plan, fleet.servers, `${upstream.url}/__stats`)));
     if (plan.pair && !interrupted) pair = await runPair(ctx, fleet.databaseUrl);
     if (plan.tracePairs.length > 0 && !interrupted) tracePairs = await runTracePairs(ctx, fleet.databaseUrl, plan.tracePairs);
+    if (plan.buildPairs.length > 0 && !interrupted) buildPairs = await runBuildPairs(ctx, fleet.databaseUrl, fleet.otherDatabaseUrl, plan.buildPairs);
     for (const [id, s] of fleet.servers) memory[id] = readMemory(s.pid);
     for (const [id, s] of fleet.servers) if (id !== 'upstream') await s.stop();
     if (plan.rss && !interrupted) {
@@ -130,13 +132,13 @@ async function main(): Promise<number> {
   const facts: RunFacts = { started, command: commandLine(argv), loadAtStart, settings, services: services.description, commitProbe: fleet.commitProbe };
   const rows = plan.scenarios.map((s) => summarize(s, runs));
   const skipped = [...fleet.unavailable].map(([id, why]) => `${id}: ${why.split('\n').slice(0, 6).join(' | ')}`);
-  process.stdout.write(`\n${renderReport({ header: headerText(ctx, facts), rows, skipped, memory, rss, claim, pair, tracePairs })}`);
-  const file = writeResults(ctx, facts, { unavailable: Object.fromEntries(fleet.unavailable), summary: rows, runs, memoryAfterLoad: memory, rss, claim, pair, tracePairs });
+  process.stdout.write(`\n${renderReport({ header: headerText(ctx, facts), rows, skipped, memory, rss, claim, pair, tracePairs, buildPairs })}`);
+  const file = writeResults(ctx, facts, { unavailable: Object.fromEntries(fleet.unavailable), summary: rows, runs, memoryAfterLoad: memory, rss, claim, pair, tracePairs, buildPairs });
   log(`raw results: ${file}`);
   if (process.env['BENCH_KEEP_LOGS'] === '1') log(`server logs kept in ${tmp}`);
   else rmSync(tmp, { recursive: true, force: true });
 
-  const failed = runs.some((r) => r.error !== null) || rss.some((m) => m.error !== null || !rssValid(m)) || (claim?.sizes.some((s) => s.error !== null) ?? false) || (pair?.rounds.some((r) => r.error !== null) ?? false) || tracePairs.some((p) => p.rounds.some((r) => r.error !== null));
+  const failed = runs.some((r) => r.error !== null) || rss.some((m) => m.error !== null || !rssValid(m)) || (claim?.sizes.some((s) => s.error !== null) ?? false) || (pair?.rounds.some((r) => r.error !== null) ?? false) || [...tracePairs, ...buildPairs].some((p) => p.rounds.some((r) => r.error !== null));
   return failed ? 1 : 0;
 }
 
@@ -228,6 +230,40 @@ async function runTracePairs(ctx: BenchContext, databaseUrl: string | null, ids:
       const from = logOffset(b.server.logFile);
       const result = await measurePair(ctx, a, b, shape);
       out.push({ ...result, spansLost: spansLostSince(b.server.logFile, from) });
+    }
+    return out;
+  }, (error) => shapes.map((s) => failedPair(error, s)));
+}
+
+/** BENCH_OTHER's build against this one (lib/pair.ts), tracing off on both: a new key per request, then replays of keys each side recorded. */
+const BUILD_PAIRS: readonly PairShape[] = [
+  { id: 'build-pair-newkey', labels: ['BENCH_OTHER build', 'this build'], paths: ['/bench/newkey', '/bench/newkey'], keys: { kind: 'unique' },
+    title: 'Builds side by side, new key per request (PostgreSQL): BENCH_OTHER\'s build and this one, tracing off on both' },
+  { id: 'build-pair-replay', labels: ['BENCH_OTHER build', 'this build'], paths: ['/bench/replay', '/bench/replay'], keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
+    title: 'Builds side by side, replay from PostgreSQL: BENCH_OTHER\'s build and this one, tracing off on both' },
+];
+
+/**
+ * The build pairs: BENCH_OTHER's build on a database of its own (its schema may be older or newer than this
+ * build's) and this build on the run's, both on the same PostgreSQL server, each in front of an upstream of its
+ * own, started for the pairs and stopped after them. Ratios are this build over BENCH_OTHER's: below 1×, this
+ * build is the cheaper. Two builds judged in one run, free of the drift between runs that the alternating
+ * *-other rows suffer (bench/README.md, build-pair).
+ */
+async function runBuildPairs(ctx: BenchContext, databaseUrl: string | null, otherUrl: string | null, ids: readonly string[]): Promise<PairResult[]> {
+  const shapes = BUILD_PAIRS.filter((s) => ids.includes(s.id));
+  if (databaseUrl === null || otherUrl === null) return shapes.map((s) => failedPair(`no database for the build pair's ${databaseUrl === null ? 'proxy' : 'BENCH_OTHER build'}`, s));
+  return withSides(ctx, 'the build pair', async (start) => {
+    const forOther = await start(startUpstream(ctx, 'upstream-build-other'));
+    const forThis = await start(startUpstream(ctx, 'upstream-build-this'));
+    const other = await start(startProxy(ctx, { name: 'proxy-build-other', upstream: forOther.url, databaseUrl: otherUrl, redisUrl: null, root: ctx.opts.other! }));
+    const self = await start(startProxy(ctx, { name: 'proxy-build-this', upstream: forThis.url, databaseUrl, redisUrl: null }));
+    return [{ server: other, upstream: forOther }, { server: self, upstream: forThis }];
+  }, async (a, b) => {
+    const out: PairResult[] = [];
+    for (const shape of shapes) {
+      if (ctx.interrupted()) break;
+      out.push(await measurePair(ctx, a, b, shape));
     }
     return out;
   }, (error) => shapes.map((s) => failedPair(error, s)));

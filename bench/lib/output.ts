@@ -47,7 +47,7 @@ export function headerText(ctx: BenchContext, facts: RunFacts): string {
     `Machine load average (1 min) at start / end: ${facts.loadAtStart.toFixed(2)} / ${loadavg()[0]!.toFixed(2)} on ${availableParallelism()} CPUs — above ~2, other work shares the CPUs and absolute figures mean little.`,
   ];
   if (opts.other !== null) {
-    lines.push('', `*-other rows: the build in ${opts.other} (${gitHead(opts.other)}), on a database of its own on the same server; the others: this build (${gitHead(ctx.projectRoot)}).`);
+    lines.push('', `*-other rows and the build pairs' BENCH_OTHER side: the build in ${opts.other} (${gitHead(opts.other)}), on a database of its own on the same server; the others: this build (${gitHead(ctx.projectRoot)}).`);
   }
   if (commitProbe !== null) {
     lines.push('', `PostgreSQL durable single-row INSERT at 1 client, measured at the start: p50 ${commitProbe.p50} ms, p99 ${commitProbe.p99} ms (${commitProbe.n} commits).`);

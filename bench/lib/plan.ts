@@ -20,6 +20,8 @@ export interface Plan {
   readonly pair: boolean; // the pass-through side by side with the baseline (pair.ts)
   /** The tracing pairs to run (tracing off and on side by side, pair.ts): trace-pair-newkey, trace-pair-replay. */
   readonly tracePairs: readonly string[];
+  /** The build pairs to run (BENCH_OTHER's build and this one side by side, pair.ts): build-pair-newkey, build-pair-replay. */
+  readonly buildPairs: readonly string[];
 }
 
 function interleave(baseline: Scenario, products: readonly Scenario[], withBaseline: boolean): Scenario[] {
@@ -47,8 +49,13 @@ export function makePlan(opts: RunOptions): Plan {
   const claim = wants(opts, 'claim');
   const pair = wants(opts, 'pair');
   const tracePairs = ALIASES['trace-pair']!.filter((id) => wants(opts, id));
+  // Like the twins: in a whole run only when BENCH_OTHER is set; asked for by name, BENCH_OTHER is required.
+  const buildPairs = ALIASES['build-pair']!.filter((id) => wants(opts, id) && (opts.other !== null || opts.only !== null));
+  if (buildPairs.length > 0 && opts.other === null) {
+    throw new Error(`${buildPairs.join(', ')}: set BENCH_OTHER to the root of another built checkout (bench/README.md)`);
+  }
   const servers = new Set<ServerId>(steps.map((s) => s.scenario.server));
   servers.add('upstream');
   const scenarios = groups.flatMap((g) => (g.run ? [g.baseline, ...g.products] : []));
-  return { steps, scenarios, servers, rss, claim, pair, tracePairs };
+  return { steps, scenarios, servers, rss, claim, pair, tracePairs, buildPairs };
 }

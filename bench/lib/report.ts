@@ -17,6 +17,7 @@ export interface ReportInput {
   readonly pair: PairResult | null;
   /** Tracing off against on, side by side: new key, replay from PostgreSQL (lib/pair.ts). */
   readonly tracePairs: readonly PairResult[];
+  readonly buildPairs: readonly PairResult[];
 }
 
 const num = (x: number | null, digits = 0): string => (x === null ? '—' : x.toLocaleString('en', { maximumFractionDigits: digits, minimumFractionDigits: digits }));
@@ -87,7 +88,8 @@ function pairTable(pair: PairResult | null): string[] {
   if (pair === null) return [];
   const x = (v: number | null): string => (v === null ? '—' : `${v.toFixed(3)}×`);
   const [a, b] = pair.shape.labels;
-  const tracing = pair.shape.id !== 'pair';
+  const tracing = pair.shape.id.startsWith('trace-pair');
+  const builds = pair.shape.id.startsWith('build-pair');
   const out = [
     '',
     `${pair.shape.title} loaded at the same moment, ${pair.connections} connections each, each with an upstream of its own${tracing ? ' (the traced side\'s span sink counted with its upstream)' : ''}, all on the same CPU (lib/pair.ts); CPU µs per request from /proc over the middle of each run:`,
@@ -100,7 +102,9 @@ function pairTable(pair: PairResult | null): string[] {
       `| ${r.round} | ${num(r.baseline?.rps ?? null)} | ${num(r.proxy?.rps ?? null)} | ${x(r.ratio)} | ${num(r.baselineCpuUs)} | ${num(r.proxyCpuUs)} | ${x(r.cpuRatio)} | ${num(r.baselineUpstreamCpuUs)} / ${num(r.proxyUpstreamCpuUs)} | ${x(r.totalCpuRatio)} | ${r.error?.split('\n')[0]?.slice(0, 120) ?? ''} |`,
     );
   }
-  out.push('', tracing
+  out.push('', builds
+    ? `Medians: request rate ${x(pair.ratio)} BENCH_OTHER's build's; this build's CPU per request ${x(pair.cpuRatio)} BENCH_OTHER's (below 1×: this build is the cheaper), ${x(pair.totalCpuRatio)} with each side's upstream. No target: two builds compared in one run; with BENCH_OTHER set to this checkout it reads the pair's own lean, a few per cent either way from run to run (bench/README.md, build-pair).`
+    : tracing
     ? `Medians: request rate ${x(pair.ratio)} tracing off's; the proxy's CPU per request ${x(pair.cpuRatio)} tracing off's, ${x(pair.totalCpuRatio)} with each side's upstream and the sink. The tracing target (≤ 5 % of throughput) holds when the CPU per request is ≤ 1.053× — on a CPU-bound core throughput is the inverse of the CPU per request; the rates of two busy sides can lean either way by several per cent.${lostNote(pair.spansLost)}`
     : `Medians: request rate ${x(pair.ratio)} the baseline's; CPU per request ${x(pair.cpuRatio)} the baseline's, ${x(pair.totalCpuRatio)} with each side's upstream (the cost to the shared core, which bounds the alternating rows). A cross-check of the pass-through row, whose verdict stands: the scheduler need not share the CPU evenly between two busy sides, so the rates can lean either way; the CPU per request is each one's own cost (≥ 0.95× the rate is ≤ 1.053× the CPU).`);
   return out;
@@ -135,7 +139,7 @@ export function renderReport(input: ReportInput): string {
   const lines = [input.header];
   if (input.rows.length > 0) lines.push('', ...scenarioTable(input.rows), ...latencyNote(input.rows), ...protocolNote(input.rows));
   if (input.skipped.length > 0) lines.push('', ...input.skipped.map((s) => `- not run: ${s}`));
-  lines.push(...pairTable(input.pair), ...input.tracePairs.flatMap((p) => pairTable(p)), ...rssTable(input.rss), ...claimTable(input.claim));
+  lines.push(...pairTable(input.pair), ...input.tracePairs.flatMap((p) => pairTable(p)), ...input.buildPairs.flatMap((p) => pairTable(p)), ...rssTable(input.rss), ...claimTable(input.claim));
   const mem = Object.entries(input.memory).filter(([, m]) => m !== null);
   if (mem.length > 0 && input.rows.length > 0) lines.push('', `Peak RSS during the load runs: ${mem.map(([name, m]) => `${name} ${num(m!.hwmMiB, 1)} MiB`).join(', ')}`);
   return `${lines.join('\n')}\n`;

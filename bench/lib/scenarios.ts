@@ -192,7 +192,7 @@ export const OTHER_SCENARIOS: readonly Scenario[] = Object.entries(OTHER_OF).map
 });
 
 /** Sections that are not load runs. */
-export const EXTRAS = ['rss', 'claim', 'pair', 'trace-pair-newkey', 'trace-pair-replay'] as const;
+export const EXTRAS = ['rss', 'claim', 'pair', 'trace-pair-newkey', 'trace-pair-replay', 'build-pair-newkey', 'build-pair-replay'] as const;
 export type Extra = (typeof EXTRAS)[number];
 
 export const ALIASES: Readonly<Record<string, readonly string[]>> = {
@@ -204,6 +204,8 @@ export const ALIASES: Readonly<Record<string, readonly string[]>> = {
   profiles: ['baseline', 'newkey', 'newkey-stripe', 'replay-pg', 'replay-pg-stripe'],
   tls: ['baseline-tls', 'newkey-tls', 'replay-pg-tls', 'baseline-h2', 'newkey-h2', 'replay-pg-h2'],
   reference: ['baseline', 'pass', 'replay-pg', 'replay-pg-reference'],
+  // This build against BENCH_OTHER's, side by side (run.ts, BUILD_PAIRS): new key and replay, tracing off on both.
+  'build-pair': ['build-pair-newkey', 'build-pair-replay'],
   // This build against BENCH_OTHER's, each product run beside its twin.
   oldnew: ['baseline', 'newkey', 'newkey-other', 'replay-pg', 'replay-pg-other', 'baseline-1c', 'newkey-1c', 'newkey-other-1c', 'replay-pg-1c', 'replay-pg-other-1c'],
 };

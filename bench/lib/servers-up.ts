@@ -14,6 +14,8 @@ export interface Fleet {
   readonly servers: Map<ServerId, ServerHandle>;
   readonly unavailable: Map<ServerId, string>;
   readonly databaseUrl: string | null;
+  /** The BENCH_OTHER build's database (otherDatabase), when the plan runs that build. */
+  readonly otherDatabaseUrl: string | null;
   readonly commitProbe: { readonly p50: number; readonly p99: number; readonly n: number } | null;
 }
 
@@ -61,7 +63,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
   let databaseUrl: string | null = null;
   let dbError: string | null = null;
   let commitProbe: Fleet['commitProbe'] = null;
-  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-pg-tls') || plan.servers.has('proxy-pg-other') || plan.servers.has('proxy-pg-traced') || plan.servers.has('proxy-redis') || plan.rss || plan.pair || plan.tracePairs.length > 0) {
+  if (plan.servers.has('proxy-pg') || plan.servers.has('proxy-pg-tls') || plan.servers.has('proxy-pg-other') || plan.servers.has('proxy-pg-traced') || plan.servers.has('proxy-redis') || plan.rss || plan.pair || plan.tracePairs.length > 0 || plan.buildPairs.length > 0) {
     try {
       databaseUrl = await recreateDatabase(ctx.opts.adminUrl, ctx.opts.dbName);
       ctx.log(`database ${ctx.opts.dbName} created fresh`);
@@ -71,7 +73,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
   }
   // The other build migrates a database of its own: its schema may be older or newer than this build's.
   let otherUrl: string | null = null;
-  if (plan.servers.has('proxy-pg-other') && databaseUrl !== null) {
+  if ((plan.servers.has('proxy-pg-other') || plan.buildPairs.length > 0) && databaseUrl !== null) {
     otherUrl = await recreateDatabase(ctx.opts.adminUrl, otherDatabase(ctx.opts)).catch((err: unknown) => {
       dbError = `cannot create database ${otherDatabase(ctx.opts)}: ${message(err)}`;
       return null;
@@ -121,7 +123,7 @@ export async function bringUp(ctx: BenchContext, plan: Plan): Promise<Fleet> {
       ctx.log(`${id} did not start: ${message(err)}`);
     }
   }
-  return { servers, unavailable, databaseUrl, commitProbe };
+  return { servers, unavailable, databaseUrl, otherDatabaseUrl: otherUrl, commitProbe };
 }
 
 /**

@@ -16,12 +16,15 @@ import { createBaseline } from '../../bench/baseline.js';
 import { makeCertificate } from '../../bench/lib/certificate.js';
 import { H2LOAD_PACKAGE, parseH2loadOutput, runH2load } from '../../bench/lib/h2load.js';
 import { parseRunOptions } from '../../bench/lib/options.js';
+import { failedPair } from '../../bench/lib/pair.js';
 import { makePlan } from '../../bench/lib/plan.js';
 import { cpuNsBetween, readCpuNs, readCpuTicks } from '../../bench/lib/proc.js';
+import { renderReport } from '../../bench/lib/report.js';
 import { summarize, type RunRecord } from '../../bench/lib/summary.js';
 import { SCENARIOS } from '../../bench/lib/scenarios.js';
 import type { CannonResult } from '../../bench/lib/types.js';
 import { onPath } from '../../bench/lib/wrk.js';
+import { repoRoot } from '../helpers/repo.js';
 
 const planOf = (only: string | null) => makePlan(parseRunOptions(only === null ? [] : ['--only', only], { BENCH_LOAD: 'autocannon' }));
 
@@ -71,6 +74,34 @@ describe('bench plan: the tracing pairs', () => {
     const opts = parseRunOptions([], { BENCH_LOAD: 'autocannon', BENCH_TRACE_ENV: 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE=512, OTEL_TRACES_SAMPLER=always_off' });
     assert.deepEqual(opts.traceEnv, { OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '512', OTEL_TRACES_SAMPLER: 'always_off' });
     assert.throws(() => parseRunOptions([], { BENCH_LOAD: 'autocannon', BENCH_TRACE_ENV: 'batch 512' }), /BENCH_TRACE_ENV: "batch 512" is not NAME=value/);
+  });
+});
+
+describe('bench plan: the build pairs', () => {
+  const withOther = (only: string | null) =>
+    makePlan(parseRunOptions(only === null ? [] : ['--only', only], { BENCH_LOAD: 'autocannon', BENCH_OTHER: repoRoot() }));
+
+  test('--only build-pair runs both pairs against BENCH_OTHER\'s build, with no load rows and no tracing pair', () => {
+    const plan = withOther('build-pair');
+    assert.deepEqual(plan.buildPairs, ['build-pair-newkey', 'build-pair-replay']);
+    assert.deepEqual(plan.steps, []);
+    assert.deepEqual(plan.tracePairs, []);
+    assert.deepEqual(withOther('build-pair-replay').buildPairs, ['build-pair-replay']);
+    assert.deepEqual(withOther('trace-pair').buildPairs, []);
+  });
+
+  test('asked for without BENCH_OTHER, the run stops and says what to set; a whole run without it has none', () => {
+    assert.throws(() => planOf('build-pair-newkey'), /build-pair-newkey: set BENCH_OTHER to the root of another built checkout/);
+    assert.deepEqual(planOf(null).buildPairs, []);
+    assert.deepEqual(withOther(null).buildPairs, ['build-pair-newkey', 'build-pair-replay']);
+  });
+
+  test('the report names the sides and reads the ratio as this build over BENCH_OTHER\'s, with no target', () => {
+    const shape = { id: 'build-pair-replay', labels: ['BENCH_OTHER build', 'this build'] as const, paths: ['/a', '/b'] as const, keys: { kind: 'unique' as const }, title: 'Builds side by side' };
+    const text = renderReport({ header: '#', rows: [], skipped: [], memory: {}, rss: [], claim: null, pair: null, tracePairs: [], buildPairs: [failedPair('x', shape)] });
+    assert.match(text, /\| round \| BENCH_OTHER build req\/s \| this build req\/s \| this build \/ BENCH_OTHER build req\/s/);
+    assert.match(text, /this build's CPU per request — BENCH_OTHER's \(below 1×: this build is the cheaper\)/);
+    assert.doesNotMatch(text, /tracing target|1\.053/);
   });
 });
 

@@ -74,7 +74,7 @@ describe('tracing: lost spans are counted by cause', () => {
       const read = spansLostSince(log, 0);
       assert.ok(read !== null && read >= 1 && read <= 36, `the log says at least one of the 36 lost: ${read}`);
       const shape = { id: 'trace-pair-replay', labels: ['tracing off', 'tracing on'] as const, paths: ['/a', '/b'] as const, keys: { kind: 'unique' as const }, title: 'Tracing side by side' };
-      const report = (spansLost: number) => renderReport({ header: '#', rows: [], skipped: [], memory: {}, rss: [], claim: null, pair: null, tracePairs: [{ ...failedPair('x', shape), spansLost }] });
+      const report = (spansLost: number) => renderReport({ header: '#', rows: [], skipped: [], memory: {}, rss: [], claim: null, pair: null, tracePairs: [{ ...failedPair('x', shape), spansLost }], buildPairs: [] });
       assert.match(report(read!), new RegExp(`Not judged:\\*\\* the traced proxy lost at least ${read} spans`));
       assert.doesNotMatch(report(0), /Not judged/);
       dir.remove();
