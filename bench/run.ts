@@ -235,12 +235,12 @@ async function runTracePairs(ctx: BenchContext, databaseUrl: string | null, ids:
   }, (error) => shapes.map((s) => failedPair(error, s)));
 }
 
-/** BENCH_OTHER's build against this one (lib/pair.ts), tracing off on both: a new key per request, then replays of keys each side recorded. */
+/** BENCH_OTHER's build against this one (lib/pair.ts), tracing off on both unless BENCH_BUILD_TRACED=1: a new key per request, then replays of keys each side recorded. */
 const BUILD_PAIRS: readonly PairShape[] = [
   { id: 'build-pair-newkey', labels: ['BENCH_OTHER build', 'this build'], paths: ['/bench/newkey', '/bench/newkey'], keys: { kind: 'unique' },
-    title: 'Builds side by side, new key per request (PostgreSQL): BENCH_OTHER\'s build and this one, tracing off on both' },
+    title: 'Builds side by side, new key per request (PostgreSQL): BENCH_OTHER\'s build and this one' },
   { id: 'build-pair-replay', labels: ['BENCH_OTHER build', 'this build'], paths: ['/bench/replay', '/bench/replay'], keys: { kind: 'fixed', count: REPLAY_KEYS, warmPasses: 1 },
-    title: 'Builds side by side, replay from PostgreSQL: BENCH_OTHER\'s build and this one, tracing off on both' },
+    title: 'Builds side by side, replay from PostgreSQL: BENCH_OTHER\'s build and this one' },
 ];
 
 /**
@@ -251,14 +251,19 @@ const BUILD_PAIRS: readonly PairShape[] = [
  * *-other rows suffer (bench/README.md, build-pair).
  */
 async function runBuildPairs(ctx: BenchContext, databaseUrl: string | null, otherUrl: string | null, ids: readonly string[]): Promise<PairResult[]> {
-  const shapes = BUILD_PAIRS.filter((s) => ids.includes(s.id));
+  const traced = ctx.opts.buildTraced;
+  // BENCH_BUILD_TRACED=1: both sides traced as the tracing pairs' traced side is, each exporting to a sink of its own.
+  const setting = traced ? `, both traced${tracedSetting({ ...tracedEnv(''), ...ctx.opts.traceEnv }, ctx.opts.traceEnv)} (each side's sink counted with its upstream)` : ', tracing off on both';
+  const shapes = BUILD_PAIRS.filter((s) => ids.includes(s.id)).map((s) => ({ ...s, title: s.title + setting }));
   if (databaseUrl === null || otherUrl === null) return shapes.map((s) => failedPair(`no database for the build pair's ${databaseUrl === null ? 'proxy' : 'BENCH_OTHER build'}`, s));
   return withSides(ctx, 'the build pair', async (start) => {
     const forOther = await start(startUpstream(ctx, 'upstream-build-other'));
     const forThis = await start(startUpstream(ctx, 'upstream-build-this'));
-    const other = await start(startProxy(ctx, { name: 'proxy-build-other', upstream: forOther.url, databaseUrl: otherUrl, redisUrl: null, root: ctx.opts.other! }));
-    const self = await start(startProxy(ctx, { name: 'proxy-build-this', upstream: forThis.url, databaseUrl, redisUrl: null }));
-    return [{ server: other, upstream: forOther }, { server: self, upstream: forThis }];
+    const sinks = traced ? [await start(startUpstream(ctx, 'otlp-sink-build-other')), await start(startUpstream(ctx, 'otlp-sink-build-this'))] : null;
+    const env = (i: number): NodeJS.ProcessEnv | undefined => (sinks === null ? undefined : { ...tracedEnv(sinks[i]!.url), ...ctx.opts.traceEnv });
+    const other = await start(startProxy(ctx, { name: 'proxy-build-other', upstream: forOther.url, databaseUrl: otherUrl, redisUrl: null, root: ctx.opts.other!, env: env(0) }));
+    const self = await start(startProxy(ctx, { name: 'proxy-build-this', upstream: forThis.url, databaseUrl, redisUrl: null, env: env(1) }));
+    return [{ server: other, upstream: forOther, others: sinks === null ? [] : [sinks[0]!] }, { server: self, upstream: forThis, others: sinks === null ? [] : [sinks[1]!] }];
   }, async (a, b) => {
     const out: PairResult[] = [];
     for (const shape of shapes) {

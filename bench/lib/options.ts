@@ -31,6 +31,8 @@ export interface RunOptions {
   readonly other: string | null;
   /** BENCH_TRACE_ENV: more environment for the traced proxy of the tracing pairs (NAME=value,…), e.g. another OTEL_BSP_* setting. */
   readonly traceEnv: Readonly<Record<string, string>>;
+  /** BENCH_BUILD_TRACED=1: both sides of the build pairs traced as the tracing pairs' traced side is (a change to tracing's code, judged in one run). */
+  readonly buildTraced: boolean;
 }
 
 const LOOPBACK = new Set(['127.0.0.1', 'localhost', '[::1]']);
@@ -41,6 +43,14 @@ function int(env: NodeJS.ProcessEnv, name: string, dflt: number, min: number, ma
   const n = Number(raw);
   if (!Number.isFinite(n) || n < min || n > max) throw new Error(`${name}=${raw}: expected a number from ${min} to ${max}`);
   return n;
+}
+
+/** A switch: unset, empty or 0 is off, 1 is on; anything else is refused by name. */
+function flag(env: NodeJS.ProcessEnv, name: string): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === '' || raw === '0') return false;
+  if (raw === '1') return true;
+  throw new Error(`${name}=${raw}: expected 1 (on) or 0 (off)`);
 }
 
 function loopback(name: string, url: string): string {
@@ -121,6 +131,7 @@ export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv)
     loadNote: load.note,
     other: otherRoot(env),
     traceEnv: traceEnv(env),
+    buildTraced: flag(env, 'BENCH_BUILD_TRACED'),
   };
 }
 

@@ -96,6 +96,12 @@ describe('bench plan: the build pairs', () => {
     assert.deepEqual(withOther(null).buildPairs, ['build-pair-newkey', 'build-pair-replay']);
   });
 
+  test('BENCH_BUILD_TRACED=1 traces both sides; anything but 1 or 0 is refused by name', () => {
+    assert.equal(parseRunOptions([], { BENCH_LOAD: 'autocannon', BENCH_BUILD_TRACED: '1' }).buildTraced, true);
+    assert.equal(parseRunOptions([], { BENCH_LOAD: 'autocannon' }).buildTraced, false);
+    assert.throws(() => parseRunOptions([], { BENCH_LOAD: 'autocannon', BENCH_BUILD_TRACED: 'yes' }), /BENCH_BUILD_TRACED=yes: expected 1 \(on\) or 0 \(off\)/);
+  });
+
   test('the report names the sides and reads the ratio as this build over BENCH_OTHER\'s, with no target', () => {
     const shape = { id: 'build-pair-replay', labels: ['BENCH_OTHER build', 'this build'] as const, paths: ['/a', '/b'] as const, keys: { kind: 'unique' as const }, title: 'Builds side by side' };
     const text = renderReport({ header: '#', rows: [], skipped: [], memory: {}, rss: [], claim: null, pair: null, tracePairs: [], buildPairs: [failedPair('x', shape)] });
