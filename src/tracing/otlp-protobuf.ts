@@ -274,44 +274,58 @@ export class ProtobufSpans implements SpanEncoder {
 
   open(span: TraceSpan, endMs: number): void {
     const w = this.wire;
-    w.room(96 + span.name.length * 3 + (span.traceState === null ? 0 : span.traceState.length + 6));
-    w.byte(SCOPE_SPANS_SPAN);
+    const state = span.traceState;
+    w.room(96 + span.name.length * 3 + (state === null ? 0 : state.length + 6));
+    // The fixed fields through locals, the position written back once (w.byte() and w.word() loaded and stored
+    // the wire's buffer and position on every call). A string may grow the buffer: its locals are read again after.
+    let buf = w.buf;
+    let view = w.view;
+    let p = w.pos;
+    buf[p] = SCOPE_SPANS_SPAN;
     // Two bytes kept for the span's length: a span is 128 bytes to 16 KiB (close() moves it otherwise).
-    this.spanAt = w.pos;
-    w.pos += 2;
-    w.byte(SPAN_TRACE_ID);
-    w.byte(16);
-    w.word(span.t0);
-    w.word(span.t1);
-    w.word(span.t2);
-    w.word(span.t3);
-    w.byte(SPAN_SPAN_ID);
-    w.byte(8);
-    w.word(span.s0);
-    w.word(span.s1);
-    if (span.traceState !== null) {
-      w.byte(SPAN_TRACE_STATE);
-      w.string(span.traceState);
+    this.spanAt = p + 1;
+    buf[p + 3] = SPAN_TRACE_ID;
+    buf[p + 4] = 16;
+    view.setInt32(p + 5, span.t0);
+    view.setInt32(p + 9, span.t1);
+    view.setInt32(p + 13, span.t2);
+    view.setInt32(p + 17, span.t3);
+    buf[p + 21] = SPAN_SPAN_ID;
+    buf[p + 22] = 8;
+    view.setInt32(p + 23, span.s0);
+    view.setInt32(p + 27, span.s1);
+    p += 31;
+    if (state !== null) {
+      buf[p] = SPAN_TRACE_STATE;
+      w.pos = p + 1;
+      w.string(state);
+      buf = w.buf;
+      view = w.view;
+      p = w.pos;
     }
     if ((span.p0 | span.p1) !== 0) {
-      w.byte(SPAN_PARENT);
-      w.byte(8);
-      w.word(span.p0);
-      w.word(span.p1);
+      buf[p] = SPAN_PARENT;
+      buf[p + 1] = 8;
+      view.setInt32(p + 2, span.p0);
+      view.setInt32(p + 6, span.p1);
+      p += 10;
     }
-    w.byte(SPAN_NAME);
+    buf[p] = SPAN_NAME;
+    w.pos = p + 1;
     w.string(span.name);
-    w.byte(SPAN_KIND);
-    w.byte(span.kind);
-    w.byte(SPAN_START);
-    this.clock.write(w.view, w.pos, span.start);
-    w.pos += 8;
-    w.byte(SPAN_END);
-    this.clock.write(w.view, w.pos, endMs);
-    w.pos += 8;
-    w.byte((SPAN_FLAGS & 0x7f) | 0x80);
-    w.byte(SPAN_FLAGS >>> 7);
-    w.fixed32(1 | FLAGS_HAS_IS_REMOTE | (span.remoteParent ? FLAGS_IS_REMOTE : 0));
+    buf = w.buf;
+    view = w.view;
+    p = w.pos;
+    buf[p] = SPAN_KIND;
+    buf[p + 1] = span.kind;
+    buf[p + 2] = SPAN_START;
+    this.clock.write(view, p + 3, span.start);
+    buf[p + 11] = SPAN_END;
+    this.clock.write(view, p + 12, endMs);
+    buf[p + 20] = (SPAN_FLAGS & 0x7f) | 0x80;
+    buf[p + 21] = SPAN_FLAGS >>> 7;
+    view.setUint32(p + 22, 1 | FLAGS_HAS_IS_REMOTE | (span.remoteParent ? FLAGS_IS_REMOTE : 0), true);
+    w.pos = p + 26;
     const attrs = span.attrs;
     if (attrs === null) return;
     // A child span's attributes: claim outcomes, probe results, methods (small sets: reused encodings) and numbers.
@@ -341,18 +355,23 @@ export class ProtobufSpans implements SpanEncoder {
   link(ref: SpanLink, key: string, value: string): void {
     const w = this.wire;
     w.room(48 + (ref.traceState === null ? 0 : ref.traceState.length * 3 + 6));
-    w.byte(SPAN_LINK);
-    const at = w.open();
-    w.byte(LINK_TRACE_ID);
-    w.byte(16);
-    w.word(ref.t0);
-    w.word(ref.t1);
-    w.word(ref.t2);
-    w.word(ref.t3);
-    w.byte(LINK_SPAN_ID);
-    w.byte(8);
-    w.word(ref.s0);
-    w.word(ref.s1);
+    // As in open(): the fixed fields through locals.
+    const buf = w.buf;
+    const view = w.view;
+    const p = w.pos;
+    buf[p] = SPAN_LINK;
+    const at = p + 1;
+    buf[p + 2] = LINK_TRACE_ID;
+    buf[p + 3] = 16;
+    view.setInt32(p + 4, ref.t0);
+    view.setInt32(p + 8, ref.t1);
+    view.setInt32(p + 12, ref.t2);
+    view.setInt32(p + 16, ref.t3);
+    buf[p + 20] = LINK_SPAN_ID;
+    buf[p + 21] = 8;
+    view.setInt32(p + 22, ref.s0);
+    view.setInt32(p + 26, ref.s1);
+    w.pos = p + 30;
     if (ref.traceState !== null) {
       w.byte(LINK_TRACE_STATE);
       w.string(ref.traceState);
