@@ -223,16 +223,26 @@ async function runTracePairs(ctx: BenchContext, databaseUrl: string | null, ids:
     const off = await start(startProxy(ctx, { name: 'proxy-trace-off', upstream: forOff.url, databaseUrl, redisUrl: null }));
     const on = await start(startProxy(ctx, { name: 'proxy-trace-on', upstream: forOn.url, databaseUrl, redisUrl: null, env: { ...tracedEnv(sink.url), ...ctx.opts.traceEnv } }));
     return [{ server: off, upstream: forOff }, { server: on, upstream: forOn, others: [sink] }];
-  }, async (a, b) => {
-    const out: PairResult[] = [];
-    for (const shape of shapes) {
-      if (ctx.interrupted()) break;
-      const from = logOffset(b.server.logFile);
-      const result = await measurePair(ctx, a, b, shape);
-      out.push({ ...result, spansLost: spansLostSince(b.server.logFile, from) });
-    }
-    return out;
-  }, (error) => shapes.map((s) => failedPair(error, s)));
+  }, (a, b) => measureShapes(ctx, shapes, (shape) => withSpansLost([b], () => measurePair(ctx, a, b, shape))),
+  (error) => shapes.map((s) => failedPair(error, s)));
+}
+
+/** Each shape measured in turn on the same two sides, until the run is interrupted. */
+async function measureShapes(ctx: BenchContext, shapes: readonly PairShape[], one: (shape: PairShape) => Promise<PairResult>): Promise<PairResult[]> {
+  const out: PairResult[] = [];
+  for (const shape of shapes) {
+    if (ctx.interrupted()) break;
+    out.push(await one(shape));
+  }
+  return out;
+}
+
+/** A pair's result with the spans its traced sides logged as lost while it ran (lib/lost-spans.ts); null when a log could not be read. */
+async function withSpansLost(traced: readonly PairSide[], measure: () => Promise<PairResult>): Promise<PairResult> {
+  const from = traced.map((s) => logOffset(s.server.logFile));
+  const result = await measure();
+  const lost = traced.map((s, i) => spansLostSince(s.server.logFile, from[i]!));
+  return { ...result, spansLost: lost.includes(null) ? null : lost.reduce((a, b) => a! + b!, 0) };
 }
 
 /** BENCH_OTHER's build against this one (lib/pair.ts), tracing off on both unless BENCH_BUILD_TRACED=1: a new key per request, then replays of keys each side recorded. */
@@ -264,14 +274,8 @@ async function runBuildPairs(ctx: BenchContext, databaseUrl: string | null, othe
     const other = await start(startProxy(ctx, { name: 'proxy-build-other', upstream: forOther.url, databaseUrl: otherUrl, redisUrl: null, root: ctx.opts.other!, env: env(0) }));
     const self = await start(startProxy(ctx, { name: 'proxy-build-this', upstream: forThis.url, databaseUrl, redisUrl: null, env: env(1) }));
     return [{ server: other, upstream: forOther, others: sinks === null ? [] : [sinks[0]!] }, { server: self, upstream: forThis, others: sinks === null ? [] : [sinks[1]!] }];
-  }, async (a, b) => {
-    const out: PairResult[] = [];
-    for (const shape of shapes) {
-      if (ctx.interrupted()) break;
-      out.push(await measurePair(ctx, a, b, shape));
-    }
-    return out;
-  }, (error) => shapes.map((s) => failedPair(error, s)));
+  }, (a, b) => measureShapes(ctx, shapes, (shape) => (traced ? withSpansLost([a, b], () => measurePair(ctx, a, b, shape)) : measurePair(ctx, a, b, shape))),
+  (error) => shapes.map((s) => failedPair(error, s)));
 }
 
 if (isEntry(import.meta.url)) {

@@ -77,11 +77,11 @@ function claimTable(claim: ClaimResult | null): string[] {
   return out;
 }
 
-/** The tracing pairs: a traced side that dropped spans did less than every request sampled asks for (lib/lost-spans.ts). */
-function lostNote(lost: number | null | undefined): string {
+/** The tracing pairs and traced build pairs: a traced side that dropped spans did less than every request sampled asks for (lib/lost-spans.ts). */
+function lostNote(lost: number | null | undefined, who = 'the traced proxy'): string {
   if (lost === undefined || lost === 0) return '';
-  if (lost === null) return ' **Not judged:** the traced proxy\'s log could not be read for lost spans.';
-  return ` **Not judged:** the traced proxy lost at least ${lost.toLocaleString('en')} spans during this pair (its log: tracing: spans lost), so it encoded and sent fewer than every request sampled asks for and its CPU per request reads low.`;
+  if (lost === null) return ` **Not judged:** ${who}'s log could not be read for lost spans.`;
+  return ` **Not judged:** ${who} lost at least ${lost.toLocaleString('en')} spans during this pair (its log: tracing: spans lost), so it encoded and sent fewer than every request sampled asks for and its CPU per request reads low.`;
 }
 
 function pairTable(pair: PairResult | null): string[] {
@@ -103,7 +103,7 @@ function pairTable(pair: PairResult | null): string[] {
     );
   }
   out.push('', builds
-    ? `Medians: request rate ${x(pair.ratio)} BENCH_OTHER's build's; this build's CPU per request ${x(pair.cpuRatio)} BENCH_OTHER's (below 1×: this build is the cheaper), ${x(pair.totalCpuRatio)} with each side's upstream. No target: two builds compared in one run; with BENCH_OTHER set to this checkout it reads the pair's own lean, a few per cent either way from run to run (bench/README.md, build-pair).`
+    ? `Medians: request rate ${x(pair.ratio)} BENCH_OTHER's build's; this build's CPU per request ${x(pair.cpuRatio)} BENCH_OTHER's (below 1×: this build is the cheaper), ${x(pair.totalCpuRatio)} with each side's upstream. No target: two builds compared in one run; with BENCH_OTHER set to this checkout it reads the pair's own lean, a few per cent either way from run to run (bench/README.md, build-pair).${lostNote(pair.spansLost, 'a traced side')}`
     : tracing
     ? `Medians: request rate ${x(pair.ratio)} tracing off's; the proxy's CPU per request ${x(pair.cpuRatio)} tracing off's, ${x(pair.totalCpuRatio)} with each side's upstream and the sink. The tracing target (≤ 5 % of throughput) holds when the CPU per request is ≤ 1.053× — on a CPU-bound core throughput is the inverse of the CPU per request; the rates of two busy sides can lean either way by several per cent.${lostNote(pair.spansLost)}`
     : `Medians: request rate ${x(pair.ratio)} the baseline's; CPU per request ${x(pair.cpuRatio)} the baseline's, ${x(pair.totalCpuRatio)} with each side's upstream (the cost to the shared core, which bounds the alternating rows). A cross-check of the pass-through row, whose verdict stands: the scheduler need not share the CPU evenly between two busy sides, so the rates can lean either way; the CPU per request is each one's own cost (≥ 0.95× the rate is ≤ 1.053× the CPU).`);

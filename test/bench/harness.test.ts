@@ -107,7 +107,10 @@ describe('bench plan: the build pairs', () => {
     const text = renderReport({ header: '#', rows: [], skipped: [], memory: {}, rss: [], claim: null, pair: null, tracePairs: [], buildPairs: [failedPair('x', shape)] });
     assert.match(text, /\| round \| BENCH_OTHER build req\/s \| this build req\/s \| this build \/ BENCH_OTHER build req\/s/);
     assert.match(text, /this build's CPU per request — BENCH_OTHER's \(below 1×: this build is the cheaper\)/);
-    assert.doesNotMatch(text, /tracing target|1\.053/);
+    assert.doesNotMatch(text, /tracing target|1\.053|Not judged/);
+    // BENCH_BUILD_TRACED=1: a side that dropped spans did less than the other, and the pair says so.
+    const lost = renderReport({ header: '#', rows: [], skipped: [], memory: {}, rss: [], claim: null, pair: null, tracePairs: [], buildPairs: [{ ...failedPair('x', shape), spansLost: 3 }] });
+    assert.match(lost, /\*\*Not judged:\*\* a traced side lost at least 3 spans during this pair/);
   });
 });
 
