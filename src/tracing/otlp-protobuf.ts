@@ -129,12 +129,6 @@ class Wire {
     this.pos += this.buf.write(s, this.pos, n, 'utf8');
   }
 
-  /** A 32-bit word of an id, big-endian (ids are written most significant byte first). */
-  word(w: number): void {
-    this.view.setInt32(this.pos, w);
-    this.pos += 4;
-  }
-
   /** Encoded bytes copied in. */
   bytes(src: Buffer): void {
     this.room(src.length);
@@ -276,8 +270,9 @@ export class ProtobufSpans implements SpanEncoder {
     const w = this.wire;
     const state = span.traceState;
     w.room(96 + span.name.length * 3 + (state === null ? 0 : state.length + 6));
-    // The fixed fields through locals, the position written back once (w.byte() and w.word() loaded and stored
-    // the wire's buffer and position on every call). A string may grow the buffer: its locals are read again after.
+    // The fixed fields through locals, the position written back once (a w.byte() a field loaded and stored the
+    // wire's buffer and position every time); ids as big-endian words. A string may grow the buffer: the locals
+    // are read again after one.
     let buf = w.buf;
     let view = w.view;
     let p = w.pos;
