@@ -29,8 +29,7 @@ const SPAN_LINK = tag(13, LEN);
 const SPAN_STATUS = tag(15, LEN);
 const SPAN_FLAGS = tag(16, I32); // two bytes as a varint: 0x85 0x01
 // Span.Link
-const LINK_TRACE_ID = tag(1, LEN);
-const LINK_SPAN_ID = tag(2, LEN);
+// (trace id 1 and span id 2, as a Span's: writeIds)
 const LINK_TRACE_STATE = tag(3, LEN);
 const LINK_ATTRIBUTE = tag(4, LEN);
 const LINK_FLAGS = tag(6, I32);
@@ -279,16 +278,7 @@ export class ProtobufSpans implements SpanEncoder {
     buf[p] = SCOPE_SPANS_SPAN;
     // Two bytes kept for the span's length: a span is 128 bytes to 16 KiB (close() moves it otherwise).
     this.spanAt = p + 1;
-    buf[p + 3] = SPAN_TRACE_ID;
-    buf[p + 4] = 16;
-    view.setInt32(p + 5, span.t0);
-    view.setInt32(p + 9, span.t1);
-    view.setInt32(p + 13, span.t2);
-    view.setInt32(p + 17, span.t3);
-    buf[p + 21] = SPAN_SPAN_ID;
-    buf[p + 22] = 8;
-    view.setInt32(p + 23, span.s0);
-    view.setInt32(p + 27, span.s1);
+    writeIds(buf, view, p + 3, span);
     p += 31;
     if (state !== null) {
       buf[p] = SPAN_TRACE_STATE;
@@ -356,16 +346,7 @@ export class ProtobufSpans implements SpanEncoder {
     const p = w.pos;
     buf[p] = SPAN_LINK;
     const at = p + 1;
-    buf[p + 2] = LINK_TRACE_ID;
-    buf[p + 3] = 16;
-    view.setInt32(p + 4, ref.t0);
-    view.setInt32(p + 8, ref.t1);
-    view.setInt32(p + 12, ref.t2);
-    view.setInt32(p + 16, ref.t3);
-    buf[p + 20] = LINK_SPAN_ID;
-    buf[p + 21] = 8;
-    view.setInt32(p + 22, ref.s0);
-    view.setInt32(p + 26, ref.s1);
+    writeIds(buf, view, p + 2, ref);
     w.pos = p + 30;
     if (ref.traceState !== null) {
       w.byte(LINK_TRACE_STATE);
@@ -446,6 +427,23 @@ export class ProtobufSpans implements SpanEncoder {
     const ab = body.buffer as ArrayBuffer;
     if (this.spares.length < 4 && ab.byteLength >= this.size) this.spares.push(Buffer.from(ab, 0, ab.byteLength));
   }
+}
+
+/**
+ * The trace id and span id fields (tag, length, big-endian words: 28 bytes) at `p`, as a Span and a Span.Link
+ * both begin: their field numbers are the same (1 and 2).
+ */
+function writeIds(buf: Buffer, view: DataView, p: number, ids: SpanLink | TraceSpan): void {
+  buf[p] = SPAN_TRACE_ID;
+  buf[p + 1] = 16;
+  view.setInt32(p + 2, ids.t0);
+  view.setInt32(p + 6, ids.t1);
+  view.setInt32(p + 10, ids.t2);
+  view.setInt32(p + 14, ids.t3);
+  buf[p + 18] = SPAN_SPAN_ID;
+  buf[p + 19] = 8;
+  view.setInt32(p + 20, ids.s0);
+  view.setInt32(p + 24, ids.s1);
 }
 
 /** A length-delimited field's tag and length at `pos`. */
