@@ -14,8 +14,9 @@
 // CPU time each server used per request (the nanoseconds its threads ran,
 // from /proc/<pid>/task/*/schedstat — /proc/<pid>/stat's 10 ms ticks were
 // about 1 % of a reading —, over the middle of the measured window, read for
-// all four processes at the same instants); and the same ratio with each side's upstream added, the cost per
-// request to the core that the alternating rows divide among themselves.
+// all four processes at the same instants); and the same ratio with each
+// side's upstream added, the cost per request to the core that the
+// alternating rows divide among themselves.
 // Under contention the scheduler need not share the CPU evenly between the
 // two sides, so the rates can lean either way by several per cent; the CPU
 // per request is each one's own cost. The pass-through target is judged on
@@ -86,12 +87,13 @@ export const PASS_PAIR: PairShape = {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const round3 = (x: number): number => Number(x.toFixed(3));
 
-/** The CPU time of each process, read one after the other (its threads' nanoseconds, and its ticks); null if any is gone. */
+/** One process's CPU time: its threads' nanoseconds (null when they could not all be read) and its ticks. */
 interface CpuReading {
   readonly ticks: number;
   readonly ns: CpuNs | null;
 }
 
+/** The CPU time of each process, read one after the other; null if any is gone. */
 function readAll(pids: readonly number[]): CpuReading[] | null {
   const out: CpuReading[] = [];
   for (const pid of pids) {

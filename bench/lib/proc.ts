@@ -43,18 +43,19 @@ export function readCpuTicks(pid: number): number | null {
 
 export const CLOCK_TICKS_PER_S = 100;
 
-/**
- * CPU time the process has used, in nanoseconds: the sum of its threads' time on a CPU
- * (/proc/<pid>/task/<tid>/schedstat, first field), with which threads were summed. /proc/<pid>/stat counts in
- * clock ticks (10 ms): over the pairs' 3-second windows a busy proxy uses 80–120 ticks, so one tick either way
- * is about 1 % of a reading. A thread that ends takes its time with it, so two readings compare only when they
- * summed the same threads (cpuNsBetween). null once the process is gone.
- */
+/** A process's CPU time in nanoseconds, and which of its threads it sums (their ids, sorted, comma-separated). */
 export interface CpuNs {
   readonly ns: number;
   readonly threads: string;
 }
 
+/**
+ * CPU time the process has used, in nanoseconds: the sum of its threads' time on a CPU
+ * (/proc/<pid>/task/<tid>/schedstat, first field). /proc/<pid>/stat counts in clock ticks (10 ms): over the
+ * pairs' 3-second windows a busy proxy uses 80–120 ticks, so one tick either way is about 1 % of a reading.
+ * A thread that ends takes its time with it, so two readings compare only when they summed the same threads
+ * (cpuNsBetween). null once the process is gone.
+ */
 export function readCpuNs(pid: number): CpuNs | null {
   let tids: string[];
   try {
