@@ -49,7 +49,7 @@ type CalledRow = (InsertedRow & { inserted: true }) | (FoundRow & { inserted: fa
  * call of several tenants) — they saw five or more, and each of their field reads was a megamorphic
  * load, which under load mostly missed V8's shared stub cache: about 1 000 instructions a read, ten
  * reads a replay (counted with callgrind in a proxy under replay load), and a replay cost about 15 %
- * more CPU than with this function (side by side, docs/operations.md, Tracing: cost, 2026-12-04).
+ * more CPU than with this function (side by side, docs/tracing-cost.md, 2026-12-04).
  */
 function claimRow(claimed: boolean, attempt: number | null, state: string | null, f: FoundRow | null): ClaimRow {
   return {

@@ -61,7 +61,7 @@ const FLAGS_IS_REMOTE = 0x200;
 
 /**
  * TypedArray#set, called through a constant: \`buf.set\` looked the method up on every call (a LoadIC miss each
- * time in the optimized code, found by counting instructions; docs/operations.md, Tracing: cost).
+ * time in the optimized code, found by counting instructions; docs/tracing-cost.md).
  */
 const copyInto = Uint8Array.prototype.set;
 

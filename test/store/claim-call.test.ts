@@ -74,7 +74,7 @@ describe('the claim call against a concurrent insert of the same key', () => {
 // src/store/key-store.ts (rawFromRow, decide, toStored) stay monomorphic.
 // Spreads of node-postgres's rows carried each statement's own columns in
 // its own order, and every replay paid for megamorphic reads (src/store/
-// tenant-claim.ts, claimRow; docs/operations.md, Tracing: cost, 2026-12-04).
+// tenant-claim.ts, claimRow; docs/tracing-cost.md, 2026-12-04).
 
 const FIELDS = [
   'claimed', 'claim_attempt', 'state', 'fingerprint', 'status_code', 'response_headers', 'response_body',
