@@ -204,7 +204,7 @@ export const ALIASES: Readonly<Record<string, readonly string[]>> = {
   profiles: ['baseline', 'newkey', 'newkey-stripe', 'replay-pg', 'replay-pg-stripe'],
   tls: ['baseline-tls', 'newkey-tls', 'replay-pg-tls', 'baseline-h2', 'newkey-h2', 'replay-pg-h2'],
   reference: ['baseline', 'pass', 'replay-pg', 'replay-pg-reference'],
-  // This build against BENCH_OTHER's, side by side (run.ts, BUILD_PAIRS): new key and replay, tracing off on both.
+  // This build against BENCH_OTHER's, side by side (run.ts, BUILD_PAIRS): new key and replay, tracing off on both unless BENCH_BUILD_TRACED=1.
   'build-pair': ['build-pair-newkey', 'build-pair-replay'],
   // This build against BENCH_OTHER's, each product run beside its twin.
   oldnew: ['baseline', 'newkey', 'newkey-other', 'replay-pg', 'replay-pg-other', 'baseline-1c', 'newkey-1c', 'newkey-other-1c', 'replay-pg-1c', 'replay-pg-other-1c'],
