@@ -3,7 +3,7 @@ import type { SpanSink, TraceSpan } from './span.js';
 
 // The recorder: ended spans are written into the export request being built
 // (src/tracing/encoder.ts) and die young; full requests are handed to the
-// exporter (the OpenTelemetry OTLP/HTTP exporter, src/tracing/start.ts) in
+// exporter (OTLP/HTTP, src/tracing/start.ts and src/tracing/otlp-http.ts) in
 // the background. What the batch span processor's OTEL_BSP_* variables set
 // means the same here: a request goes when it holds maxBatch spans or when
 // the oldest span in it is delayMs old, and spans that would take the spans

@@ -1,13 +1,14 @@
 import { readFileSync } from 'node:fs';
 import { ROOT_CONTEXT, trace, type TextMapGetter } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPExporterBase } from '@opentelemetry/otlp-exporter-base';
-import { convertLegacyHttpOptions, createOtlpHttpExportDelegate } from '@opentelemetry/otlp-exporter-base/node-http';
+import { OTLPExporterBase, createOtlpNetworkExportDelegate } from '@opentelemetry/otlp-exporter-base';
+import { convertLegacyHttpOptions, createOtlpHttpExporterMetrics } from '@opentelemetry/otlp-exporter-base/node-http';
 import { JsonTraceSerializer, ProtobufTraceSerializer, type IExportTraceServiceResponse, type ISerializer } from '@opentelemetry/otlp-transformer';
 import { defaultResource, detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
 import type { TracingConfig } from '../config/types.js';
 import type { Envelope, SpanEncoder } from './encoder.js';
 import { IdPool } from './ids.js';
+import { RetryingTransport, UndiciOtlpTransport, tlsFromEnv } from './otlp-http.js';
 import { JsonSpans } from './otlp-json.js';
 import { ProtobufSpans } from './otlp-protobuf.js';
 import { Recorder, type Export, type LossCause } from './recorder.js';
@@ -17,12 +18,17 @@ import { RequestTracing, type TraceContextReader } from './spans.js';
 
 // Tracing's start-up, imported by src/app.ts only when tracing is on
 // (docs/operations.md, Tracing: packages). Spans are recorded by our own
-// recorder (src/tracing/recorder.ts), encoded as they end; what they are
-// sent with is OpenTelemetry's: the OTLP/HTTP export delegate of
+// recorder (src/tracing/recorder.ts), encoded as they end; how they are
+// sent is OpenTelemetry's: the OTLP export delegate and HTTP configuration of
 // @opentelemetry/otlp-exporter-base (endpoint, headers, timeout, compression
-// and retries from the standard OTEL_EXPORTER_OTLP_* variables), the resource
+// from the standard OTEL_EXPORTER_OTLP_* variables), over our undici
+// transport with its exporters' retry policy (src/tracing/otlp-http.ts: not
+// node:http, whose client would share the server's code paths); the resource
 // from @opentelemetry/resources (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME),
 // the W3C propagator of @opentelemetry/core for every traceparent read.
+
+/** Export requests in flight at most (the recorder's limit, and the connections to the collector). */
+const EXPORTS_IN_FLIGHT = 4;
 
 export interface StartedTracing {
   readonly tracing: RequestTracing;
@@ -47,9 +53,9 @@ export function startTracing(config: TracingConfig, hooks: TracingHooks, env: No
   const sampler = samplerFrom(config.sampleRatio, env);
   const encoder = encoderFor(config, envelope(config, env));
   const batch = batchOptions(env);
-  const recorder = new Recorder(encoder, exporter(config, encoder.contentType), {
+  const recorder = new Recorder(encoder, exporter(config, encoder.contentType, env), {
     ...batch,
-    concurrency: 4,
+    concurrency: EXPORTS_IN_FLIGHT,
     onLoss: hooks.onLoss,
   });
   return {
@@ -111,16 +117,21 @@ interface Encoded {
   readonly spans: number;
 }
 
-function exporter(config: TracingConfig, contentType: string): Export {
+function exporter(config: TracingConfig, contentType: string, env: NodeJS.ProcessEnv): Export {
   const response = config.protocol === 'http/json' ? JsonTraceSerializer : ProtobufTraceSerializer;
   const serializer: ISerializer<Encoded, IExportTraceServiceResponse> = {
     serializeRequest: (e) => e.body,
     deserializeResponse: (data) => response.deserializeResponse(data),
   };
   const options = config.endpoint === null ? {} : { url: `${config.endpoint.replace(/\/+$/, '')}/v1/traces` };
-  const delegate = createOtlpHttpExportDelegate(
-    convertLegacyHttpOptions(options, 'TRACES', 'v1/traces', { 'Content-Type': contentType }),
-    serializer, 'otlp_http_span_exporter', { name: 'span', countItems: (e) => e.spans }, undefined,
+  const http = convertLegacyHttpOptions(options, 'TRACES', 'v1/traces', { 'Content-Type': contentType });
+  const transport = new UndiciOtlpTransport({
+    url: http.url, headers: http.headers, compression: http.compression, userAgent: http.userAgent,
+    tls: tlsFromEnv(env), connections: EXPORTS_IN_FLIGHT, version: proxyVersion(),
+  });
+  const delegate = createOtlpNetworkExportDelegate(
+    http, serializer, createOtlpHttpExporterMetrics('otlp_http_span_exporter', { name: 'span', countItems: (e: Encoded) => e.spans }, http.url, undefined),
+    new RetryingTransport(transport),
   );
   const base = new OTLPExporterBase<Encoded>(delegate);
   return {

@@ -1,6 +1,8 @@
 import { once } from 'node:events';
-import http from 'node:http';
+import http, { type IncomingHttpHeaders } from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
+import { gunzipSync } from 'node:zlib';
 
 // An OTLP/HTTP trace receiver for tests: what the proxy's real exporter sends
 // to /v1/traces is decoded, OTLP/JSON or OTLP/protobuf (a decoder of the
@@ -20,24 +22,50 @@ export interface Receiver {
   spans: OtlpSpan[];
   /** "<method> <path> <content-type>" of every export received. */
   contentTypes: string[];
-  /** The body's size in bytes of every export received, in the same order. */
+  /** The body's size in bytes of every export received, in the same order (as sent: compressed when it was). */
   sizes: number[];
+  /** The request headers of every export received, in the same order (answered with an error or not). */
+  headers: IncomingHttpHeaders[];
   close(): Promise<void>;
 }
 
-/** delayMs: each export is answered that much later (a slow collector). */
-export async function startReceiver(opts: { delayMs?: number } = {}): Promise<Receiver> {
+/** How the receiver answers one export instead of taking its spans (a collector that refuses or is overloaded). */
+export interface ScriptedAnswer {
+  readonly status: number;
+  readonly headers?: Record<string, string>;
+  readonly body?: string;
+}
+
+export interface ReceiverOptions {
+  /** Each export is answered that much later (a slow collector). */
+  readonly delayMs?: number;
+  /** The first exports are answered with these, in order, and their spans not kept; the rest are taken. */
+  readonly answers?: readonly ScriptedAnswer[];
+  /** Listen with TLS (https://127.0.0.1:<port>: the certificate needs IP:127.0.0.1 among its names). */
+  readonly tls?: { readonly key: Buffer; readonly cert: Buffer; readonly ca?: Buffer; readonly requestCert?: boolean };
+}
+
+export async function startReceiver(opts: ReceiverOptions = {}): Promise<Receiver> {
   const spans: OtlpSpan[] = [];
   const contentTypes: string[] = [];
   const sizes: number[] = [];
-  const server = http.createServer((req, res) => {
+  const headers: IncomingHttpHeaders[] = [];
+  const script = [...(opts.answers ?? [])];
+  const handler = (req: http.IncomingMessage, res: http.ServerResponse): void => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => setTimeout(() => {
       const type = req.headers['content-type'] ?? '';
       contentTypes.push(`${req.method} ${req.url} ${type}`);
-      const body = Buffer.concat(chunks);
-      sizes.push(body.length);
+      headers.push(req.headers);
+      const sent = Buffer.concat(chunks);
+      sizes.push(sent.length);
+      const scripted = script.shift();
+      if (scripted !== undefined) {
+        res.writeHead(scripted.status, scripted.headers ?? {}).end(scripted.body ?? '');
+        return;
+      }
+      const body = req.headers['content-encoding'] === 'gzip' ? gunzipSync(sent) : sent;
       if (type.startsWith('application/x-protobuf')) {
         spans.push(...decodeProtobufRequest(body));
         res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
@@ -47,11 +75,16 @@ export async function startReceiver(opts: { delayMs?: number } = {}): Promise<Re
       for (const rs of doc.resourceSpans) for (const ss of rs.scopeSpans) spans.push(...ss.spans);
       res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
     }, opts.delayMs ?? 0));
-  });
+  };
+  const server = opts.tls === undefined ? http.createServer(handler) : https.createServer({ ...opts.tls }, handler);
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');
   const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}`, spans, contentTypes, sizes, close: () => new Promise((r) => server.close(() => r())) };
+  const url = `${opts.tls === undefined ? 'http' : 'https'}://127.0.0.1:${port}`;
+  return {
+    url, spans, contentTypes, sizes, headers,
+    close: () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }),
+  };
 }
 
 /** The value of a span attribute (string, bool, int as a string or number, double), or undefined. */

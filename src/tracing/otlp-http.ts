@@ -1,0 +1,186 @@
+import { readFileSync } from 'node:fs';
+import { resolve as resolvePath } from 'node:path';
+import { promisify } from 'node:util';
+import { gzip as gzipCallback } from 'node:zlib';
+import { OTLPExporterError, type ExportResponse, type IExporterTransport } from '@opentelemetry/otlp-exporter-base';
+import { Pool, type Dispatcher } from 'undici';
+import { parseRetryAfter } from '../client/retry-after.js';
+
+// How export requests travel: OTLP/HTTP POSTs sent with undici, the HTTP
+// client the proxy already runs for its upstream, not node:http. Node's HTTP
+// client and server share their message and stream code (OutgoingMessage,
+// IncomingMessage, Readable); an exporter sending with node:http passes its
+// own objects through the functions that serve every proxied request, and
+// their inline caches, seeing more object shapes than they hold, go
+// megamorphic. Sent with undici, a traced new key costs about 2 % less CPU
+// (docs/tracing-cost.md: two build pairs, both orders; replays read the
+// same). Everything else about an export —
+// endpoint, headers, timeout, compression and their OTEL_EXPORTER_OTLP_*
+// variables, the response's reading, the concurrency limit — stays
+// OpenTelemetry's (src/tracing/start.ts); this module is only the wire, with
+// the retry policy of OpenTelemetry's exporters.
+
+/** What OpenTelemetry's HTTP configuration resolved, and the TLS files this transport reads itself. */
+export interface OtlpHttpOptions {
+  /** The whole URL requests go to: the endpoint and /v1/traces. */
+  readonly url: string;
+  /** Headers of every request: Content-Type and OTEL_EXPORTER_OTLP_[TRACES_]HEADERS. */
+  readonly headers: () => Promise<Record<string, string>>;
+  readonly compression: 'gzip' | 'none';
+  /** Put before our own User-Agent, as OpenTelemetry's exporters do. */
+  readonly userAgent?: string | undefined;
+  readonly tls: OtlpTls;
+  /** Connections to the collector at most: the recorder's exports in flight. */
+  readonly connections: number;
+  /** The proxy's version, for the User-Agent. */
+  readonly version: string;
+}
+
+export interface OtlpTls {
+  readonly ca?: Buffer;
+  readonly cert?: Buffer;
+  readonly key?: Buffer;
+}
+
+/** A response body larger than this is not read: the export failed (OpenTelemetry's exporters' limit). */
+export const MAX_RESPONSE_BYTES = 4 * 1024 * 1024;
+
+/** Collector answers worth another attempt (the OTLP specification's list). */
+const RETRYABLE_STATUS = new Set([429, 502, 503, 504]);
+
+/** Failures to reach the collector that another attempt may get past. */
+const RETRYABLE_ERRORS = new Set([
+  'ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'EAI_AGAIN', 'ENOTFOUND', 'ENETUNREACH', 'EHOSTUNREACH',
+  'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CLOSED',
+]);
+
+const gzip = promisify(gzipCallback);
+
+/**
+ * The CA, client certificate and client key files named by the standard variables (the signal's own first:
+ * OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE, then OTEL_EXPORTER_OTLP_CERTIFICATE; the same for CLIENT_CERTIFICATE and
+ * CLIENT_KEY), read once at start. A file that cannot be read stops the start with the variable's name, where
+ * OpenTelemetry's exporters would warn and send without it.
+ */
+export function tlsFromEnv(env: NodeJS.ProcessEnv, cwd: string = process.cwd()): OtlpTls {
+  const read = (name: string): Buffer | undefined => {
+    const specific = env[`OTEL_EXPORTER_OTLP_TRACES_${name}`]?.trim();
+    const general = env[`OTEL_EXPORTER_OTLP_${name}`]?.trim();
+    const [variable, path] = specific ? [`OTEL_EXPORTER_OTLP_TRACES_${name}`, specific] : [`OTEL_EXPORTER_OTLP_${name}`, general];
+    if (!path) return undefined;
+    try {
+      return readFileSync(resolvePath(cwd, path));
+    } catch (e) {
+      throw new Error(`${variable}=${path}: cannot be read (${(e as NodeJS.ErrnoException).code ?? String(e)})`);
+    }
+  };
+  const ca = read('CERTIFICATE');
+  const cert = read('CLIENT_CERTIFICATE');
+  const key = read('CLIENT_KEY');
+  if ((cert === undefined) !== (key === undefined)) {
+    throw new Error('OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY (or their TRACES_ forms): set both or neither');
+  }
+  return { ...(ca && { ca }), ...(cert && { cert }), ...(key && { key }) };
+}
+
+/** One attempt per send: POSTs the request body, maps the collector's answer the way OpenTelemetry's exporters do. */
+export class UndiciOtlpTransport implements IExporterTransport {
+  private readonly pool: Pool;
+  private readonly path: string;
+  private readonly userAgent: string;
+
+  constructor(private readonly options: OtlpHttpOptions) {
+    const url = new URL(options.url);
+    this.path = `${url.pathname}${url.search}`;
+    const own = `idempotency-proxy/${options.version}`;
+    this.userAgent = options.userAgent ? `${options.userAgent} ${own}` : own;
+    const tls = options.tls;
+    this.pool = new Pool(url.origin, {
+      connections: options.connections,
+      ...(url.protocol === 'https:' && (tls.ca || tls.cert) ? { connect: { ...tls } } : {}),
+    });
+  }
+
+  async send(data: Uint8Array, timeoutMillis: number): Promise<ExportResponse> {
+    const headers: Record<string, string> = { ...(await this.options.headers()), 'user-agent': this.userAgent };
+    let body: Uint8Array = data;
+    if (this.options.compression === 'gzip') {
+      body = await gzip(data);
+      headers['content-encoding'] = 'gzip';
+    }
+    const signal = AbortSignal.timeout(timeoutMillis);
+    let res: Dispatcher.ResponseData;
+    try {
+      res = await this.pool.request({ method: 'POST', path: this.path, headers, body, signal });
+    } catch (error) {
+      return unsent(error, signal);
+    }
+    let answer: Buffer;
+    try {
+      answer = await readCapped(res.body);
+    } catch (error) {
+      // The collector answered and the body broke off: a 2xx still accepted the spans.
+      if (res.statusCode >= 200 && res.statusCode <= 299) return { status: 'success' };
+      return unsent(error, signal);
+    }
+    if (res.statusCode >= 200 && res.statusCode <= 299) return { status: 'success', data: answer };
+    if (RETRYABLE_STATUS.has(res.statusCode)) {
+      const after = parseRetryAfter(res.headers['retry-after'], Date.now());
+      return after === null ? { status: 'retryable' } : { status: 'retryable', retryInMillis: after };
+    }
+    return { status: 'failure', error: new OTLPExporterError(`the collector answered ${res.statusCode}`, res.statusCode, answer.toString('utf8')) };
+  }
+
+  shutdown(): void {
+    void this.pool.close();
+  }
+}
+
+/** A request that got no answer: a timeout and a network failure are worth retrying, anything else is not. */
+function unsent(error: unknown, signal: AbortSignal): ExportResponse {
+  const err = error instanceof Error ? error : new Error(String(error));
+  if (signal.aborted) return { status: 'retryable', error: new Error('the collector did not answer within the export timeout') };
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' && RETRYABLE_ERRORS.has(code) ? { status: 'retryable', error: err } : { status: 'failure', error: err };
+}
+
+async function readCapped(body: Dispatcher.ResponseData['body']): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_RESPONSE_BYTES) {
+      body.destroy();
+      throw new Error(`the collector's response is larger than ${MAX_RESPONSE_BYTES} bytes`);
+    }
+    chunks.push(chunk as Buffer);
+  }
+  return Buffer.concat(chunks);
+}
+
+/** The retry policy of OpenTelemetry's exporters: up to five more attempts, backing off 1 s × 1.5ⁿ (±20 %, at most 5 s) or as Retry-After says, never past the export timeout. */
+export const RETRY = { attempts: 5, firstBackoffMs: 1_000, maxBackoffMs: 5_000, multiplier: 1.5, jitter: 0.2 } as const;
+
+export class RetryingTransport implements IExporterTransport {
+  constructor(private readonly inner: IExporterTransport, private readonly random: () => number = Math.random) {}
+
+  async send(data: Uint8Array, timeoutMillis: number): Promise<ExportResponse> {
+    const deadline = Date.now() + timeoutMillis;
+    let backoff: number = RETRY.firstBackoffMs;
+    let result = await this.inner.send(data, timeoutMillis);
+    for (let left = RETRY.attempts; result.status === 'retryable' && left > 0; left -= 1) {
+      const jittered = Math.min(backoff * (1 + (this.random() * 2 - 1) * RETRY.jitter), RETRY.maxBackoffMs);
+      backoff *= RETRY.multiplier;
+      const wait = result.retryInMillis ?? jittered;
+      const remaining = deadline - Date.now();
+      if (wait > remaining) return result;
+      await new Promise((r) => setTimeout(r, Math.max(0, wait)));
+      result = await this.inner.send(data, Math.max(1, deadline - Date.now()));
+    }
+    return result;
+  }
+
+  shutdown(): void {
+    this.inner.shutdown();
+  }
+}
