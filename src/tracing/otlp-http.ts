@@ -108,27 +108,14 @@ export class UndiciOtlpTransport implements IExporterTransport {
       body = await gzip(data);
       headers['content-encoding'] = 'gzip';
     }
-    const signal = AbortSignal.timeout(timeoutMillis);
-    let res: Dispatcher.ResponseData;
-    try {
-      res = await this.pool.request({ method: 'POST', path: this.path, headers, body, signal });
-    } catch (error) {
-      return unsent(error, signal);
-    }
-    let answer: Buffer;
-    try {
-      answer = await readCapped(res.body);
-    } catch (error) {
-      // The collector answered and the body broke off: a 2xx still accepted the spans.
-      if (res.statusCode >= 200 && res.statusCode <= 299) return { status: 'success' };
-      return unsent(error, signal);
-    }
-    if (res.statusCode >= 200 && res.statusCode <= 299) return { status: 'success', data: answer };
-    if (RETRYABLE_STATUS.has(res.statusCode)) {
-      const after = parseRetryAfter(res.headers['retry-after'], Date.now());
-      return after === null ? { status: 'retryable' } : { status: 'retryable', retryInMillis: after };
-    }
-    return { status: 'failure', error: new OTLPExporterError(`the collector answered ${res.statusCode}`, res.statusCode, answer.toString('utf8')) };
+    return new Promise<ExportResponse>((resolve) => {
+      const handler = new ExportHandler(resolve, timeoutMillis);
+      try {
+        this.pool.dispatch({ method: 'POST', path: this.path, headers, body }, handler);
+      } catch (error) {
+        handler.onError(error as Error);
+      }
+    });
   }
 
   shutdown(): void {
@@ -136,26 +123,79 @@ export class UndiciOtlpTransport implements IExporterTransport {
   }
 }
 
-/** A request that got no answer: a timeout and a network failure are worth retrying, anything else is not. */
-function unsent(error: unknown, signal: AbortSignal): ExportResponse {
-  const err = error instanceof Error ? error : new Error(String(error));
-  if (signal.aborted) return { status: 'retryable', error: new Error('the collector did not answer within the export timeout') };
-  const code = (err as { code?: unknown }).code;
-  return typeof code === 'string' && RETRYABLE_ERRORS.has(code) ? { status: 'retryable', error: err } : { status: 'failure', error: err };
-}
+/**
+ * One export's exchange, as an undici dispatch handler (the proxy's upstream calls are made the same way): the
+ * answer is collected here, not through a response stream, so no stream object of the exporter's ever passes
+ * through the Readable functions the server runs for every request.
+ */
+class ExportHandler implements Dispatcher.DispatchHandler {
+  private abort: ((err?: Error) => void) | null = null;
+  private readonly timer: NodeJS.Timeout;
+  private status = 0;
+  private retryAfter: string | undefined;
+  private readonly chunks: Buffer[] = [];
+  private size = 0;
+  private done = false;
+  private timedOut = false;
 
-async function readCapped(body: Dispatcher.ResponseData['body']): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += (chunk as Buffer).length;
-    if (size > MAX_RESPONSE_BYTES) {
-      body.destroy();
-      throw new Error(`the collector's response is larger than ${MAX_RESPONSE_BYTES} bytes`);
-    }
-    chunks.push(chunk as Buffer);
+  constructor(private readonly resolve: (r: ExportResponse) => void, timeoutMillis: number) {
+    this.timer = setTimeout(() => {
+      this.timedOut = true;
+      this.abort?.(new Error('the collector did not answer within the export timeout'));
+    }, timeoutMillis);
   }
-  return Buffer.concat(chunks);
+
+  onConnect(abort: (err?: Error) => void): void {
+    this.abort = abort;
+    if (this.timedOut) abort(new Error('the collector did not answer within the export timeout'));
+  }
+
+  onHeaders(statusCode: number, rawHeaders: Buffer[]): boolean {
+    if (statusCode < 200) return true; // 1xx: the final answer follows
+    this.status = statusCode;
+    for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+      if (rawHeaders[i]!.length === 11 && rawHeaders[i]!.toString('latin1').toLowerCase() === 'retry-after') this.retryAfter = rawHeaders[i + 1]!.toString('latin1');
+    }
+    return true;
+  }
+
+  onData(chunk: Buffer): boolean {
+    this.size += chunk.length;
+    if (this.size > MAX_RESPONSE_BYTES) {
+      // The collector accepted or refused; either way the answer is not read: the export failed.
+      this.finish({ status: 'failure', error: new Error(`the collector's response is larger than ${MAX_RESPONSE_BYTES} bytes`) });
+      this.abort?.(new Error('response too large'));
+      return false;
+    }
+    this.chunks.push(chunk);
+    return true;
+  }
+
+  onComplete(): void {
+    const status = this.status;
+    const answer = Buffer.concat(this.chunks, Math.min(this.size, MAX_RESPONSE_BYTES));
+    if (status >= 200 && status <= 299) return this.finish({ status: 'success', data: answer });
+    if (RETRYABLE_STATUS.has(status)) {
+      const after = parseRetryAfter(this.retryAfter, Date.now());
+      return this.finish(after === null ? { status: 'retryable' } : { status: 'retryable', retryInMillis: after });
+    }
+    this.finish({ status: 'failure', error: new OTLPExporterError(`the collector answered ${status}`, status, answer.toString('utf8')) });
+  }
+
+  onError(error: Error): void {
+    // The collector answered 2xx and the body broke off: it accepted the spans.
+    if (this.status >= 200 && this.status <= 299) return this.finish({ status: 'success' });
+    if (this.timedOut) return this.finish({ status: 'retryable', error: new Error('the collector did not answer within the export timeout') });
+    const code = (error as { code?: unknown }).code;
+    this.finish(typeof code === 'string' && RETRYABLE_ERRORS.has(code) ? { status: 'retryable', error } : { status: 'failure', error });
+  }
+
+  private finish(result: ExportResponse): void {
+    if (this.done) return;
+    this.done = true;
+    clearTimeout(this.timer);
+    this.resolve(result);
+  }
 }
 
 /** The retry policy of OpenTelemetry's exporters: up to five more attempts, backing off 1 s × 1.5ⁿ (±20 %, at most 5 s) or as Retry-After says, never past the export timeout. */

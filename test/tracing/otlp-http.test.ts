@@ -91,6 +91,13 @@ describe('tracing: the OTLP/HTTP transport', () => {
     });
   });
 
+  test('a collector whose answer is larger than 4 MB: not read, the spans counted as export_failed', async () => {
+    await withExecution({ answers: [{ status: 200, body: 'x'.repeat(5 * 1024 * 1024) }] }, {}, async (receiver, proxy) => {
+      await waitFor('export_failed', async () => (await lost(proxy, 'export_failed')) === SPANS_PER_EXECUTION);
+      assert.equal(receiver.headers.length, 1, 'one attempt');
+    });
+  });
+
   test('a collector that does not answer within OTEL_EXPORTER_OTLP_TIMEOUT: the export gives up at the timeout, export_failed', async () => {
     await withExecution({ delayMs: 5_000 }, { OTEL_EXPORTER_OTLP_TIMEOUT: '700' }, async (_receiver, proxy) => {
       const started = Date.now();
