@@ -38,11 +38,14 @@ describe('tracing: the OTLP/HTTP transport', () => {
     pki.remove();
   });
 
-  /** A proxy exporting to `receiver` every 50 ms, one execution sent through it; returns both for the assertions. */
+  /**
+   * A proxy exporting to `receiver`, one execution sent through it. Its four spans go as one export request: a
+   * batch is sent when it holds four spans (a timer could split them across two requests and the counts below).
+   */
   async function withExecution(receiverOptions: ReceiverOptions, env: NodeJS.ProcessEnv, check: (receiver: Receiver, proxy: SpawnedProxy) => Promise<void>): Promise<void> {
     const receiver = await startReceiver(receiverOptions);
     const proxy = await spawnProxy(['serve', '--upstream', upstream.url, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--database-url', db.url],
-      { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_SCHEDULE_DELAY: '50', ...env });
+      { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_MAX_EXPORT_BATCH_SIZE: String(SPANS_PER_EXECUTION), OTEL_BSP_SCHEDULE_DELAY: '60000', ...env });
     try {
       const r = await send(`${proxy.url}/orders`, { headers: { 'idempotency-key': `otlp-http-${Date.now()}-${Math.random()}`, 'content-type': 'application/json' }, body: '{"amount":1}' });
       assert.equal(r.status, 201, 'the request never depends on the collector');
