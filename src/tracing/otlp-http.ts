@@ -51,7 +51,7 @@ const RETRYABLE_STATUS = new Set([429, 502, 503, 504]);
 /** Failures to reach the collector that another attempt may get past. */
 const RETRYABLE_ERRORS = new Set([
   'ECONNRESET', 'ECONNREFUSED', 'EPIPE', 'ETIMEDOUT', 'EAI_AGAIN', 'ENOTFOUND', 'ENETUNREACH', 'EHOSTUNREACH',
-  'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CLOSED',
+  'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT', 'UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT',
 ]);
 
 const gzip = promisify(gzipCallback);
@@ -88,12 +88,16 @@ export class UndiciOtlpTransport implements IExporterTransport {
   private readonly pool: Pool;
   private readonly path: string;
   private readonly userAgent: string;
+  private readonly authorization: string | null;
 
   constructor(private readonly options: OtlpHttpOptions) {
     const url = new URL(options.url);
     this.path = `${url.pathname}${url.search}`;
     const own = `idempotency-proxy/${options.version}`;
     this.userAgent = options.userAgent ? `${options.userAgent} ${own}` : own;
+    // Credentials in the endpoint's URL (https://user:secret@collector/…) as node:http would send them: Basic auth.
+    this.authorization = url.username === '' && url.password === '' ? null
+      : `Basic ${Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString('base64')}`;
     const tls = options.tls;
     this.pool = new Pool(url.origin, {
       connections: options.connections,
@@ -103,6 +107,7 @@ export class UndiciOtlpTransport implements IExporterTransport {
 
   async send(data: Uint8Array, timeoutMillis: number): Promise<ExportResponse> {
     const headers: Record<string, string> = { ...(await this.options.headers()), 'user-agent': this.userAgent };
+    if (this.authorization !== null && !Object.keys(headers).some((h) => h.toLowerCase() === 'authorization')) headers['authorization'] = this.authorization;
     let body: Uint8Array = data;
     if (this.options.compression === 'gzip') {
       body = await gzip(data);

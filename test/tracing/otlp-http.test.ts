@@ -74,6 +74,20 @@ describe('tracing: the OTLP/HTTP transport', () => {
     });
   });
 
+  test('credentials in the endpoint URL go as Basic authorization, as node:http would send them', async () => {
+    const receiver = await startReceiver();
+    const withUser = receiver.url.replace('http://', 'http://otel%40team:p%3Ass@');
+    try {
+      await withExecution({}, { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${withUser}/v1/traces` }, async (other) => {
+        await waitFor('the spans, at the endpoint with credentials', () => receiver.spans.length >= SPANS_PER_EXECUTION);
+        assert.equal(receiver.headers[0]!['authorization'], `Basic ${Buffer.from('otel@team:p:ss').toString('base64')}`);
+        assert.equal(other.headers.length, 0, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT wins over OTEL_EXPORTER_OTLP_ENDPOINT');
+      });
+    } finally {
+      await receiver.close();
+    }
+  });
+
   test('a collector that answers 503 with Retry-After, then 429: tried again until it takes the spans, none lost', async () => {
     const answers = [{ status: 503, headers: { 'retry-after': '0' } }, { status: 429 }];
     await withExecution({ answers }, {}, async (receiver, proxy) => {
