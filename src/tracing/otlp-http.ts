@@ -12,9 +12,11 @@ import { parseRetryAfter } from '../client/retry-after.js';
 // IncomingMessage, Readable); an exporter sending with node:http passes its
 // own objects through the functions that serve every proxied request, and
 // their inline caches, seeing more object shapes than they hold, go
-// megamorphic. Sent with undici, a traced new key costs about 2 % less CPU
-// (docs/tracing-cost.md: two build pairs, both orders; replays read the
-// same). Everything else about an export —
+// megamorphic. Each export here is an undici dispatch whose handler
+// collects the answer, as the proxy's upstream calls are: nothing of the
+// exporter's passes through node's http or stream functions (measured: about
+// 1–2 % of a traced new key, nothing visible on replays; docs/tracing-cost.md).
+// Everything else about an export —
 // endpoint, headers, timeout, compression and their OTEL_EXPORTER_OTLP_*
 // variables, the response's reading, the concurrency limit — stays
 // OpenTelemetry's (src/tracing/start.ts); this module is only the wire, with
