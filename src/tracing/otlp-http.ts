@@ -146,9 +146,12 @@ class ExportHandler implements Dispatcher.DispatchHandler {
   private timedOut = false;
 
   constructor(private readonly resolve: (r: ExportResponse) => void, timeoutMillis: number) {
+    // At the timeout the export is over, whether or not the request has a connection yet (a collector whose
+    // address does not answer leaves it waiting for one): aborted if it has, aborted in onConnect if it gets one.
     this.timer = setTimeout(() => {
       this.timedOut = true;
       this.abort?.(new Error('the collector did not answer within the export timeout'));
+      this.finish({ status: 'retryable', error: new Error('the collector did not answer within the export timeout') });
     }, timeoutMillis);
   }
 

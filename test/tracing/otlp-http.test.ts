@@ -1,7 +1,10 @@
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
+import net, { type AddressInfo } from 'node:net';
 import type { TracingConfig } from '../../src/config/types.js';
+import { UndiciOtlpTransport } from '../../src/tracing/otlp-http.js';
 import { startTracing } from '../../src/tracing/start.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
@@ -121,6 +124,30 @@ describe('tracing: the OTLP/HTTP transport', () => {
       await waitFor('export_failed', async () => (await lost(proxy, 'export_failed')) === SPANS_PER_EXECUTION, 4_000);
       assert.ok(Date.now() - started < 3_000, `given up within the timeout, not after the collector's 5 s: ${Date.now() - started} ms`);
     });
+  });
+
+  test('an export still waiting for its connection at the timeout ends there, retryable', async () => {
+    // A collector that takes TCP connections and never answers the TLS handshake: the request never gets its
+    // connection (undici's own connect timeout is 10 s).
+    const held: net.Socket[] = [];
+    const silent = net.createServer((socket) => held.push(socket));
+    silent.listen(0, '127.0.0.1');
+    await once(silent, 'listening');
+    const transport = new UndiciOtlpTransport({
+      url: `https://127.0.0.1:${(silent.address() as AddressInfo).port}/v1/traces`, headers: async () => ({ 'Content-Type': 'application/x-protobuf' }),
+      compression: 'none', tls: {}, connections: 1, version: '0.0.0',
+    });
+    try {
+      const started = Date.now();
+      const result = await transport.send(new Uint8Array(0), 500);
+      const took = Date.now() - started;
+      assert.equal(result.status, 'retryable');
+      assert.ok(took < 2_000, `ended at the export timeout, not at the connect timeout: ${took} ms`);
+    } finally {
+      transport.shutdown();
+      for (const socket of held) socket.destroy();
+      silent.close();
+    }
   });
 
   test('https: the collector\'s CA from OTEL_EXPORTER_OTLP_CERTIFICATE, a client certificate from OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE/_KEY', async () => {
