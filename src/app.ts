@@ -242,7 +242,7 @@ async function openCache(config: Config, opts: StartOptions, metrics: Metrics, l
   return cache;
 }
 
-/** Tracing's modules (the recorder, OpenTelemetry's exporter) are imported only when tracing is on (docs/operations.md, Tracing). */
+/** Tracing's modules (the recorder, OpenTelemetry's export delegate, the OTLP/HTTP transport) are imported only when tracing is on (docs/operations.md, Tracing). */
 async function openTracing(config: Config, metrics: Metrics, logger: Logger): Promise<StartedTracing | null> {
   if (!config.tracing.enabled) return null;
   const { startTracing } = await import('./tracing/start.js');

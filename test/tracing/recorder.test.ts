@@ -9,7 +9,8 @@ import type { StoredResponse } from '../../src/store/records.js';
 import { attr, startReceiver, type Receiver } from '../helpers/otlp.js';
 
 // The recorder and its sampler through startTracing (src/tracing/start.ts),
-// exporting over OpenTelemetry's OTLP/HTTP exporter to a receiver this test
+// exporting through OpenTelemetry's export delegate (over our undici
+// transport, src/tracing/otlp-http.ts) to a receiver this test
 // runs: batches of OTEL_BSP_MAX_EXPORT_BATCH_SIZE, the rest at shutdown, a
 // full queue that drops spans (and says so) without stopping anything, the
 // samplers' decisions, and bad OTEL_* values refused by name. The request
