@@ -45,7 +45,7 @@ export interface OtlpTls {
 }
 
 /** A response body larger than this is not read: the export failed (OpenTelemetry's exporters' limit). */
-export const MAX_RESPONSE_BYTES = 4 * 1024 * 1024;
+const MAX_RESPONSE_BYTES = 4 * 1024 * 1024;
 
 /** Collector answers worth another attempt (the OTLP specification's list). */
 const RETRYABLE_STATUS = new Set([429, 502, 503, 504]);
@@ -58,20 +58,22 @@ const RETRYABLE_ERRORS = new Set([
 
 const gzip = promisify(gzipCallback);
 
+const TIMED_OUT = 'the collector did not answer within the export timeout';
+
 /**
  * The CA, client certificate and client key files named by the standard variables (the signal's own first:
  * OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE, then OTEL_EXPORTER_OTLP_CERTIFICATE; the same for CLIENT_CERTIFICATE and
  * CLIENT_KEY), read once at start. A file that cannot be read stops the start with the variable's name, where
  * OpenTelemetry's exporters would warn and send without it.
  */
-export function tlsFromEnv(env: NodeJS.ProcessEnv, cwd: string = process.cwd()): OtlpTls {
+export function tlsFromEnv(env: NodeJS.ProcessEnv): OtlpTls {
   const read = (name: string): Buffer | undefined => {
     const specific = env[`OTEL_EXPORTER_OTLP_TRACES_${name}`]?.trim();
     const general = env[`OTEL_EXPORTER_OTLP_${name}`]?.trim();
     const [variable, path] = specific ? [`OTEL_EXPORTER_OTLP_TRACES_${name}`, specific] : [`OTEL_EXPORTER_OTLP_${name}`, general];
     if (!path) return undefined;
     try {
-      return readFileSync(resolvePath(cwd, path));
+      return readFileSync(resolvePath(path));
     } catch (e) {
       throw new Error(`${variable}=${path}: cannot be read (${(e as NodeJS.ErrnoException).code ?? String(e)})`);
     }
@@ -143,21 +145,19 @@ class ExportHandler implements Dispatcher.DispatchHandler {
   private readonly chunks: Buffer[] = [];
   private size = 0;
   private done = false;
-  private timedOut = false;
 
   constructor(private readonly resolve: (r: ExportResponse) => void, timeoutMillis: number) {
     // At the timeout the export is over, whether or not the request has a connection yet (a collector whose
     // address does not answer leaves it waiting for one): aborted if it has, aborted in onConnect if it gets one.
     this.timer = setTimeout(() => {
-      this.timedOut = true;
-      this.abort?.(new Error('the collector did not answer within the export timeout'));
-      this.finish({ status: 'retryable', error: new Error('the collector did not answer within the export timeout') });
+      this.finish({ status: 'retryable', error: new Error(TIMED_OUT) });
+      this.abort?.(new Error(TIMED_OUT));
     }, timeoutMillis);
   }
 
   onConnect(abort: (err?: Error) => void): void {
     this.abort = abort;
-    if (this.timedOut) abort(new Error('the collector did not answer within the export timeout'));
+    if (this.done) abort(new Error(TIMED_OUT));
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[]): boolean {
@@ -195,7 +195,6 @@ class ExportHandler implements Dispatcher.DispatchHandler {
   onError(error: Error): void {
     // The collector answered 2xx and the body broke off: it accepted the spans.
     if (this.status >= 200 && this.status <= 299) return this.finish({ status: 'success' });
-    if (this.timedOut) return this.finish({ status: 'retryable', error: new Error('the collector did not answer within the export timeout') });
     const code = (error as { code?: unknown }).code;
     this.finish(typeof code === 'string' && RETRYABLE_ERRORS.has(code) ? { status: 'retryable', error } : { status: 'failure', error });
   }
@@ -209,17 +208,17 @@ class ExportHandler implements Dispatcher.DispatchHandler {
 }
 
 /** The retry policy of OpenTelemetry's exporters: up to five more attempts, backing off 1 s × 1.5ⁿ (±20 %, at most 5 s) or as Retry-After says, never past the export timeout. */
-export const RETRY = { attempts: 5, firstBackoffMs: 1_000, maxBackoffMs: 5_000, multiplier: 1.5, jitter: 0.2 } as const;
+const RETRY = { attempts: 5, firstBackoffMs: 1_000, maxBackoffMs: 5_000, multiplier: 1.5, jitter: 0.2 } as const;
 
 export class RetryingTransport implements IExporterTransport {
-  constructor(private readonly inner: IExporterTransport, private readonly random: () => number = Math.random) {}
+  constructor(private readonly inner: IExporterTransport) {}
 
   async send(data: Uint8Array, timeoutMillis: number): Promise<ExportResponse> {
     const deadline = Date.now() + timeoutMillis;
     let backoff: number = RETRY.firstBackoffMs;
     let result = await this.inner.send(data, timeoutMillis);
     for (let left = RETRY.attempts; result.status === 'retryable' && left > 0; left -= 1) {
-      const jittered = Math.min(backoff * (1 + (this.random() * 2 - 1) * RETRY.jitter), RETRY.maxBackoffMs);
+      const jittered = Math.min(backoff * (1 + (Math.random() * 2 - 1) * RETRY.jitter), RETRY.maxBackoffMs);
       backoff *= RETRY.multiplier;
       const wait = result.retryInMillis ?? jittered;
       const remaining = deadline - Date.now();

@@ -51,9 +51,10 @@ function proxyVersion(): string {
 
 export function startTracing(config: TracingConfig, hooks: TracingHooks, env: NodeJS.ProcessEnv = process.env): StartedTracing {
   const sampler = samplerFrom(config.sampleRatio, env);
-  const encoder = encoderFor(config, envelope(config, env));
+  const version = proxyVersion();
+  const encoder = encoderFor(config, envelope(config, env, version));
   const batch = batchOptions(env);
-  const recorder = new Recorder(encoder, exporter(config, encoder.contentType, env), {
+  const recorder = new Recorder(encoder, exporter(config, encoder.contentType, env, version), {
     ...batch,
     concurrency: EXPORTS_IN_FLIGHT,
     onLoss: hooks.onLoss,
@@ -71,14 +72,14 @@ function encoderFor(config: TracingConfig, env: Envelope): SpanEncoder {
 }
 
 /** The resource as the SDK would build it: its defaults, then OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME, then ours. */
-function envelope(config: TracingConfig, env: NodeJS.ProcessEnv): Envelope {
+function envelope(config: TracingConfig, env: NodeJS.ProcessEnv, version: string): Envelope {
   const service = config.serviceName ?? env.OTEL_SERVICE_NAME ?? 'idempotency-proxy';
   const resource = defaultResource().merge(detectResources({ detectors: [envDetector] })).merge(resourceFromAttributes({ 'service.name': service }));
   const attributes: Record<string, AttributeValue> = {};
   for (const [k, v] of Object.entries(resource.attributes)) {
     if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') attributes[k] = v;
   }
-  return { resource: attributes, scopeName: 'idempotency-proxy', scopeVersion: proxyVersion() };
+  return { resource: attributes, scopeName: 'idempotency-proxy', scopeVersion: version };
 }
 
 /**
@@ -117,7 +118,7 @@ interface Encoded {
   readonly spans: number;
 }
 
-function exporter(config: TracingConfig, contentType: string, env: NodeJS.ProcessEnv): Export {
+function exporter(config: TracingConfig, contentType: string, env: NodeJS.ProcessEnv, version: string): Export {
   const response = config.protocol === 'http/json' ? JsonTraceSerializer : ProtobufTraceSerializer;
   const serializer: ISerializer<Encoded, IExportTraceServiceResponse> = {
     serializeRequest: (e) => e.body,
@@ -127,7 +128,7 @@ function exporter(config: TracingConfig, contentType: string, env: NodeJS.Proces
   const http = convertLegacyHttpOptions(options, 'TRACES', 'v1/traces', { 'Content-Type': contentType });
   const transport = new UndiciOtlpTransport({
     url: http.url, headers: http.headers, compression: http.compression, userAgent: http.userAgent,
-    tls: tlsFromEnv(env), connections: EXPORTS_IN_FLIGHT, version: proxyVersion(),
+    tls: tlsFromEnv(env), connections: EXPORTS_IN_FLIGHT, version,
   });
   const delegate = createOtlpNetworkExportDelegate(
     http, serializer, createOtlpHttpExporterMetrics('otlp_http_span_exporter', { name: 'span', countItems: (e: Encoded) => e.spans }, http.url, undefined),
