@@ -11,14 +11,24 @@ export interface SpanEncoder {
   readonly contentType: string;
   /** Spans written since the last take(). */
   readonly count: number;
-  open(span: TraceSpan, endMs: number): void;
+  /**
+   * Starts the span. `head`: its name, kind and small-set attributes, made by compileHead() (the server span's,
+   * which share theirs with every request of the same route and result); without one the span's own name and
+   * kind are written.
+   */
+  open(span: TraceSpan, endMs: number, head?: CompiledAttributes | null): void;
   attr(key: string, value: AttributeValue): void;
   /** The same, for a value of a small set (a method, a route name, an outcome): its encoding is kept and reused. */
   attrOf(key: string, value: string | boolean): void;
-  /** Attributes whose values come from small sets (a method, a route name, an outcome), encoded once for attrs(). */
-  compile(attrs: ReadonlyArray<readonly [string, string | boolean]>): CompiledAttributes;
-  /** Attributes compile() encoded. */
-  attrs(compiled: CompiledAttributes): void;
+  /** An attribute name, encoded once for attrAt(). */
+  key(key: string): CompiledKey;
+  /** The same as attr(), for a name key() encoded. */
+  attrAt(key: CompiledKey, value: AttributeValue): void;
+  /**
+   * A span's name and kind with attributes whose values come from small sets (a method, a route name, an
+   * outcome, a status code), encoded once for open()'s head.
+   */
+  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledAttributes;
   link(ref: SpanLink, key: string, value: string): void;
   /** An error status with its message. */
   error(message: string): void;
@@ -29,9 +39,14 @@ export interface SpanEncoder {
   recycle(body: Uint8Array): void;
 }
 
-/** What an encoder's compile() returns: its own encoding of a list of attributes, opaque to the rest. */
+/** What an encoder's compileHead() returns: its own encoding of a span's name, kind and attributes, opaque to the rest. */
 export interface CompiledAttributes {
   readonly compiled: true;
+}
+
+/** What an encoder's key() returns: an attribute name in its own encoding. */
+export interface CompiledKey {
+  readonly key: true;
 }
 
 /** The resource and instrumentation scope every request carries. */
@@ -55,10 +70,12 @@ export class Clock {
 
   /** Writes the time as a little-endian fixed64 at `pos`. */
   write(view: DataView, pos: number, ms: number): void {
+    // Exact in doubles: t is an integer below 2^53, and 2^32 a power of two. Not t % 2^32, which the optimizing
+    // compiler makes a call to C's fmod.
     const t = Math.round(ms * 1e6);
-    const tLo = t % 4294967296;
-    let lo = this.originLo + tLo;
-    let hi = this.originHi + (t - tLo) / 4294967296;
+    const tHi = Math.floor(t / 4294967296);
+    let lo = this.originLo + (t - tHi * 4294967296);
+    let hi = this.originHi + tHi;
     if (lo >= 4294967296) {
       lo -= 4294967296;
       hi += 1;

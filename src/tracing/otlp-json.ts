@@ -1,4 +1,4 @@
-import { Clock, type CompiledAttributes, type Envelope, type SpanEncoder } from './encoder.js';
+import { Clock, type CompiledAttributes, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
 import { hex, type AttributeValue, type SpanLink, type TraceSpan } from './span.js';
 
 // OTLP/JSON (tracing.protocol: http/json): the same request as
@@ -11,6 +11,13 @@ function anyValue(value: AttributeValue): string {
   if (typeof value === 'string') return `{"stringValue":${JSON.stringify(value)}}`;
   if (typeof value === 'boolean') return `{"boolValue":${value}}`;
   return Number.isInteger(value) ? `{"intValue":"${value}"}` : `{"doubleValue":${JSON.stringify(value)}}`;
+}
+
+/** What compileHead() returns here: the span's name and kind, and its attributes' JSON. */
+interface Head extends CompiledAttributes {
+  readonly name: string;
+  readonly kind: number;
+  readonly json: string;
 }
 
 const keyValue = (key: string, value: AttributeValue): string => `{"key":${JSON.stringify(key)},"value":${anyValue(value)}}`;
@@ -35,14 +42,15 @@ export class JsonSpans implements SpanEncoder {
     return this.spans.length;
   }
 
-  open(span: TraceSpan, endMs: number): void {
+  open(span: TraceSpan, endMs: number, head: CompiledAttributes | null = null): void {
+    const h = head as Head | null;
     const parent = (span.p0 | span.p1) === 0 ? '' : `,"parentSpanId":"${hex(span.p0)}${hex(span.p1)}"`;
     const state = span.traceState === null ? '' : `,"traceState":${JSON.stringify(span.traceState)}`;
     const flags = 0x101 | (span.remoteParent ? 0x200 : 0);
     this.text = `{"traceId":"${hex(span.t0)}${hex(span.t1)}${hex(span.t2)}${hex(span.t3)}","spanId":"${hex(span.s0)}${hex(span.s1)}"${state}${parent},`
-      + `"flags":${flags},"name":${JSON.stringify(span.name)},"kind":${span.kind},`
+      + `"flags":${flags},"name":${JSON.stringify(h === null ? span.name : h.name)},"kind":${h === null ? span.kind : h.kind},`
       + `"startTimeUnixNano":"${this.clock.decimal(span.start)}","endTimeUnixNano":"${this.clock.decimal(endMs)}"`;
-    this.attrText = '';
+    this.attrText = h === null ? '' : h.json;
     this.tail = '';
     const attrs = span.attrs;
     if (attrs !== null) for (let i = 0; i < attrs.length; i += 2) this.attr(attrs[i] as string, attrs[i + 1]!);
@@ -56,13 +64,17 @@ export class JsonSpans implements SpanEncoder {
     this.attr(key, value);
   }
 
-  compile(attrs: ReadonlyArray<readonly [string, string | boolean]>): CompiledAttributes {
-    return { compiled: true, json: attrs.map(([key, value]) => keyValue(key, value)).join(',') } as CompiledAttributes;
+  key(key: string): CompiledKey {
+    return { key: true, name: key } as CompiledKey;
   }
 
-  attrs(compiled: CompiledAttributes): void {
-    const json = (compiled as CompiledAttributes & { json: string }).json;
-    this.attrText += (this.attrText === '' ? '' : ',') + json;
+  attrAt(key: CompiledKey, value: AttributeValue): void {
+    this.attr((key as CompiledKey & { name: string }).name, value);
+  }
+
+  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledAttributes {
+    const head: Head = { compiled: true, name, kind, json: attrs.map(([key, value]) => keyValue(key, value)).join(',') };
+    return head;
   }
 
   link(ref: SpanLink, key: string, value: string): void {

@@ -1,4 +1,4 @@
-import { Clock, type CompiledAttributes, type Envelope, type SpanEncoder } from './encoder.js';
+import { Clock, type CompiledAttributes, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
 import type { AttributeValue, SpanLink, TraceSpan } from './span.js';
 
 // OTLP/protobuf: the export request (ExportTraceServiceRequest, from
@@ -130,9 +130,15 @@ class Wire {
 
   /** Encoded bytes copied in. */
   bytes(src: Buffer): void {
-    this.room(src.length);
-    copyInto.call(this.buf, src, this.pos);
-    this.pos += src.length;
+    const n = src.length;
+    this.room(n);
+    const b = this.buf;
+    const p = this.pos;
+    if (n <= 32) {
+      // A short run by bytes: TypedArray#set costs more than the copy (about 150 instructions a call).
+      for (let i = 0; i < n; i++) b[p + i] = src[i]!;
+    } else copyInto.call(b, src, p);
+    this.pos = p + n;
   }
 
   fixed32(n: number): void {
@@ -194,12 +200,36 @@ class Keys {
   private readonly keys = new Map<string, Buffer>();
   private readonly pairs = new Map<string, Map<string | boolean, Buffer>>();
   private readonly linkPairs = new Map<string, Map<string | boolean, Buffer>>();
+  private key0 = '';
+  private value0: string | boolean = '';
+  private pair0: Buffer | null = null;
+  private key1 = '';
+  private value1: string | boolean = '';
+  private pair1: Buffer | null = null;
 
   /**
    * The attribute field (tag, length, key, value) of key = value: a span's, or with LINK_ATTRIBUTE a link's.
    * At most 64 values a key are kept.
    */
   pair(key: string, value: string | boolean, fieldTag: number = SPAN_ATTRIBUTE): Buffer {
+    // The two last span attributes asked for first: a replay's claim span has one, a new key's spans two.
+    if (fieldTag === SPAN_ATTRIBUTE) {
+      if (key === this.key0 && value === this.value0 && this.pair0 !== null) return this.pair0;
+      if (key === this.key1 && value === this.value1 && this.pair1 !== null) return this.pair1;
+    }
+    const encoded = this.lookUp(key, value, fieldTag);
+    if (fieldTag === SPAN_ATTRIBUTE) {
+      this.key1 = this.key0;
+      this.value1 = this.value0;
+      this.pair1 = this.pair0;
+      this.key0 = key;
+      this.value0 = value;
+      this.pair0 = encoded;
+    }
+    return encoded;
+  }
+
+  private lookUp(key: string, value: string | boolean, fieldTag: number): Buffer {
     const pairs = fieldTag === SPAN_ATTRIBUTE ? this.pairs : this.linkPairs;
     let values = pairs.get(key);
     if (values === undefined) pairs.set(key, (values = new Map()));
@@ -253,6 +283,11 @@ export class ProtobufSpans implements SpanEncoder {
   private readonly head: number;
   private wire: Wire;
   private spanAt = 0;
+  /** Bytes kept for the length of the span being written (open(), close()). */
+  private reserved = 2;
+  private readonly names = new Map<string, Buffer>();
+  private lastName = '';
+  private lastNamed: Buffer | undefined = undefined;
   private tailKey = '';
   private tailValue = '';
   private tails: Buffer[] = [];
@@ -265,10 +300,11 @@ export class ProtobufSpans implements SpanEncoder {
     this.wire = new Wire(size, this.head, Buffer.allocUnsafeSlow(size));
   }
 
-  open(span: TraceSpan, endMs: number): void {
+  open(span: TraceSpan, endMs: number, head: CompiledAttributes | null = null): void {
     const w = this.wire;
     const state = span.traceState;
-    w.room(96 + span.name.length * 3 + (state === null ? 0 : state.length + 6));
+    const named = head === null ? this.name(span) : (head as unknown as Buffer);
+    w.room(96 + named.length + (state === null ? 0 : state.length * 3 + 6));
     // The fixed fields through locals, the position written back once (a w.byte() a field loaded and stored the
     // wire's buffer and position every time); ids as big-endian words. A string may grow the buffer: the locals
     // are read again after one.
@@ -276,10 +312,25 @@ export class ProtobufSpans implements SpanEncoder {
     let view = w.view;
     let p = w.pos;
     buf[p] = SCOPE_SPANS_SPAN;
-    // Two bytes kept for the span's length: a span is 128 bytes to 16 KiB (close() moves it otherwise).
+    // Bytes kept for the span's length: two for a span with a head (a server span: 128 bytes to 16 KiB), one for
+    // the others (a store round trip's: under 128 bytes). close() moves a span whose length needs more or fewer.
+    const reserved = head === null ? 1 : 2;
     this.spanAt = p + 1;
-    writeIds(buf, view, p + 3, span);
-    p += 31;
+    this.reserved = reserved;
+    // The trace id and span id fields (as writeIds(), written out here: open() is too large for the compiler to
+    // inline it, and a call left the DataView's writes as calls too).
+    p += 1 + reserved;
+    buf[p] = SPAN_TRACE_ID;
+    buf[p + 1] = 16;
+    view.setInt32(p + 2, span.t0);
+    view.setInt32(p + 6, span.t1);
+    view.setInt32(p + 10, span.t2);
+    view.setInt32(p + 14, span.t3);
+    buf[p + 18] = SPAN_SPAN_ID;
+    buf[p + 19] = 8;
+    view.setInt32(p + 20, span.s0);
+    view.setInt32(p + 24, span.s1);
+    p += 28;
     if (state !== null) {
       buf[p] = SPAN_TRACE_STATE;
       w.pos = p + 1;
@@ -295,22 +346,20 @@ export class ProtobufSpans implements SpanEncoder {
       view.setInt32(p + 6, span.p1);
       p += 10;
     }
-    buf[p] = SPAN_NAME;
-    w.pos = p + 1;
-    w.string(span.name);
-    buf = w.buf;
-    view = w.view;
-    p = w.pos;
-    buf[p] = SPAN_KIND;
-    buf[p + 1] = span.kind;
-    buf[p + 2] = SPAN_START;
-    this.clock.write(view, p + 3, span.start);
-    buf[p + 11] = SPAN_END;
-    this.clock.write(view, p + 12, endMs);
-    buf[p + 20] = (SPAN_FLAGS & 0x7f) | 0x80;
-    buf[p + 21] = SPAN_FLAGS >>> 7;
-    view.setUint32(p + 22, 1 | FLAGS_HAS_IS_REMOTE | (span.remoteParent ? FLAGS_IS_REMOTE : 0), true);
-    w.pos = p + 26;
+    buf[p] = SPAN_START;
+    this.clock.write(view, p + 1, span.start);
+    buf[p + 9] = SPAN_END;
+    this.clock.write(view, p + 10, endMs);
+    buf[p + 18] = (SPAN_FLAGS & 0x7f) | 0x80;
+    buf[p + 19] = SPAN_FLAGS >>> 7;
+    view.setUint32(p + 20, 1 | FLAGS_HAS_IS_REMOTE | (span.remoteParent ? FLAGS_IS_REMOTE : 0), true);
+    p += 24;
+    // The name and kind (fields 5 and 6: protobuf's fields may come in any order), with the head's attributes.
+    const n = named.length;
+    if (n <= 32) {
+      for (let i = 0; i < n; i++) buf[p + i] = named[i]!;
+    } else copyInto.call(buf, named, p);
+    w.pos = p + n;
     const attrs = span.attrs;
     if (attrs === null) return;
     // A child span's attributes: claim outcomes, probe results, methods (small sets: reused encodings) and numbers.
@@ -329,12 +378,37 @@ export class ProtobufSpans implements SpanEncoder {
     this.wire.bytes(this.keys.pair(key, value));
   }
 
-  compile(attrs: ReadonlyArray<readonly [string, string | boolean]>): CompiledAttributes {
-    return Buffer.concat(attrs.map(([key, value]) => this.keys.pair(key, value))) as unknown as CompiledAttributes;
+  key(key: string): CompiledKey {
+    return this.keys.get(key) as unknown as CompiledKey;
   }
 
-  attrs(compiled: CompiledAttributes): void {
-    this.wire.bytes(compiled as unknown as Buffer);
+  attrAt(key: CompiledKey, value: AttributeValue): void {
+    this.wire.keyValue(SPAN_ATTRIBUTE, key as unknown as Buffer, value);
+  }
+
+  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledAttributes {
+    const w = new Wire(64 + name.length * 3);
+    writeName(w, name, kind);
+    for (const [key, value] of attrs) {
+      if (typeof value === 'number') w.keyValue(SPAN_ATTRIBUTE, this.keys.get(key), value);
+      else w.bytes(this.keys.pair(key, value));
+    }
+    return Buffer.from(w.buf.subarray(0, w.pos)) as unknown as CompiledAttributes;
+  }
+
+  /** A span's name and kind fields, encoded once per name (at most 256 names; the last one checked first). */
+  private name(span: TraceSpan): Buffer {
+    const name = span.name;
+    let named = name === this.lastName ? this.lastNamed : this.names.get(name);
+    if (named === undefined || named[named.length - 1] !== span.kind) {
+      const w = new Wire(8 + name.length * 3);
+      writeName(w, name, span.kind);
+      named = Buffer.from(w.buf.subarray(0, w.pos));
+      if (this.names.size < 256) this.names.set(name, named);
+    }
+    this.lastName = name;
+    this.lastNamed = named;
+    return named;
   }
 
   link(ref: SpanLink, key: string, value: string): void {
@@ -391,13 +465,14 @@ export class ProtobufSpans implements SpanEncoder {
   close(): void {
     const w = this.wire;
     const at = this.spanAt;
-    const length = w.pos - at - 2;
+    const reserved = this.reserved;
+    const length = w.pos - at - reserved;
     const bytes = varintLength(length);
-    if (bytes !== 2) {
-      // Under 128 bytes, or 16 KiB and more (a long path or error message): the span moves by the difference.
+    if (bytes !== reserved) {
+      // Its length needs more bytes than open() kept, or fewer: the span moves by the difference.
       w.room(bytes);
-      w.buf.copyWithin(at + bytes, at + 2, w.pos);
-      w.pos += bytes - 2;
+      w.buf.copyWithin(at + bytes, at + reserved, w.pos);
+      w.pos += bytes - reserved;
     }
     writeVarint(w.buf, at, length);
     this.count += 1;
@@ -444,6 +519,16 @@ function writeIds(buf: Buffer, view: DataView, p: number, ids: SpanLink | TraceS
   buf[p + 19] = 8;
   view.setInt32(p + 20, ids.s0);
   view.setInt32(p + 24, ids.s1);
+}
+
+/** A span's name and kind fields. */
+function writeName(w: Wire, name: string, kind: number): void {
+  w.room(1);
+  w.byte(SPAN_NAME);
+  w.string(name);
+  w.room(2);
+  w.byte(SPAN_KIND);
+  w.byte(kind);
 }
 
 /** A length-delimited field's tag and length at `pos`. */

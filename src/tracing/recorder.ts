@@ -1,4 +1,4 @@
-import type { SpanEncoder } from './encoder.js';
+import type { CompiledAttributes, SpanEncoder } from './encoder.js';
 import type { SpanSink, TraceSpan } from './span.js';
 
 // The recorder: ended spans are written into the export request being built
@@ -36,15 +36,18 @@ export class Recorder implements SpanSink {
   private timer: NodeJS.Timeout | null = null;
   private idle: Array<() => void> = [];
 
-  constructor(private readonly encoder: SpanEncoder, private readonly exporter: Export, private readonly opts: RecorderOptions) {}
+  constructor(readonly encoder: SpanEncoder, private readonly exporter: Export, private readonly opts: RecorderOptions) {}
 
-  /** The encoder to write an ended span into, or null when the queue is full (the span is dropped). Then close(). */
-  open(span: TraceSpan, endMs: number): SpanEncoder | null {
+  /**
+   * The encoder to write an ended span into, or null when the queue is full (the span is dropped). Then close().
+   * `head`: the span's name, kind and small-set attributes, compiled by the encoder (SpanEncoder.compileHead).
+   */
+  open(span: TraceSpan, endMs: number, head: CompiledAttributes | null = null): SpanEncoder | null {
     if (this.queued >= this.opts.maxQueue) {
       this.opts.onLoss(1, 'queue_full', 'the span queue is full');
       return null;
     }
-    this.encoder.open(span, endMs);
+    this.encoder.open(span, endMs, head);
     return this.encoder;
   }
 

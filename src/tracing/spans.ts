@@ -3,11 +3,11 @@ import { performance } from 'node:perf_hooks';
 import { reservedEntry, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import type { RequestContext } from '../lifecycle/context.js';
-import type { CompiledAttributes, SpanEncoder } from './encoder.js';
+import type { CompiledAttributes, CompiledKey, SpanEncoder } from './encoder.js';
 import type { IdPool } from './ids.js';
 import type { Recorder } from './recorder.js';
 import type { Sampler } from './sampler.js';
-import { CLIENT, linkOf, ownTraceparent, SERVER, TraceSpan, word, type SpanRef } from './span.js';
+import { CLIENT, linkOf, ownTraceparent, SERVER, TraceSpan, word, type AttributeValue, type SpanRef } from './span.js';
 
 // The request's spans (docs/operations.md, Tracing). Loaded with the rest of
 // src/tracing/ only when tracing is on: with tracing off the lifecycle holds
@@ -22,22 +22,25 @@ interface RouteShape {
   readonly name: string;
   readonly method: string;
   readonly route: string;
-  /** Its small-set attributes, compiled, by outcome and phase; null past the cache's bound (compiled per span). */
-  readonly fixed: Map<string, Map<string, CompiledAttributes>> | null;
+  /** Its heads, compiled, by outcome, phase and status code; null past the cache's bound (compiled per span). */
+  readonly heads: Map<string, Map<string, Map<number, CompiledAttributes>>> | null;
 }
 
 /**
- * The server span's name and its attributes whose values come from small sets — method, route, outcome,
- * phase, replayed —, made once per combination (the attributes by the recorder's encoder, as one run of
- * bytes). Under load most requests share theirs with the request before: that one is checked first.
+ * The server span's head: its name, its kind and its attributes whose values come from small sets — method,
+ * route, outcome, phase, replayed, status code —, compiled once per combination by the recorder's encoder as
+ * one run of bytes. Under load most requests share theirs with the request before: that one is checked first.
  */
-class ServerSpanShapes {
+class ServerSpanHeads {
   private readonly byMethod = new Map<string, Map<string, RouteShape>>();
   private lastRoute: RouteShape | null = null;
   private last: RouteShape | null = null;
   private lastOutcome = '';
   private lastPhase = '';
-  private lastAttributes: CompiledAttributes | null = null;
+  private lastStatus = -1;
+  private lastHead: CompiledAttributes | null = null;
+
+  constructor(private readonly enc: SpanEncoder) {}
 
   route(method: string, route: string): RouteShape {
     const recent = this.lastRoute;
@@ -47,33 +50,39 @@ class ServerSpanShapes {
     let shape = byRoute.get(route);
     if (shape === undefined) {
       const kept = byRoute.size < 1024;
-      shape = { name: `${method} ${route}`, method, route, fixed: kept ? new Map() : null };
+      shape = { name: `${method} ${route}`, method, route, heads: kept ? new Map() : null };
       if (kept) byRoute.set(route, shape);
     }
     this.lastRoute = shape;
     return shape;
   }
 
-  attributes(enc: SpanEncoder, shape: RouteShape, outcome: string, phase: string): CompiledAttributes {
-    if (shape === this.last && outcome === this.lastOutcome && phase === this.lastPhase) return this.lastAttributes!;
-    let byPhase = shape.fixed?.get(outcome);
-    if (byPhase === undefined && shape.fixed !== null) shape.fixed.set(outcome, (byPhase = new Map()));
-    let compiled = byPhase?.get(phase);
-    if (compiled === undefined) {
-      compiled = enc.compile([
+  /** `status`: the response's status code, 0 for none. At most 64 status codes a route, outcome and phase are kept. */
+  head(shape: RouteShape, outcome: string, phase: string, status: number): CompiledAttributes {
+    if (shape === this.last && outcome === this.lastOutcome && phase === this.lastPhase && status === this.lastStatus) return this.lastHead!;
+    let byPhase = shape.heads?.get(outcome);
+    if (byPhase === undefined && shape.heads !== null) shape.heads.set(outcome, (byPhase = new Map()));
+    let byStatus = byPhase?.get(phase);
+    if (byStatus === undefined && byPhase !== undefined) byPhase.set(phase, (byStatus = new Map()));
+    let head = byStatus?.get(status);
+    if (head === undefined) {
+      const attrs: Array<[string, AttributeValue]> = [
         ['http.request.method', shape.method],
         ['idempotency.route', shape.route],
         ['idempotency.outcome', outcome],
         ['idempotency.phase', phase],
         ['idempotency.replayed', outcome === 'replayed'],
-      ]);
-      byPhase?.set(phase, compiled);
+      ];
+      if (status !== 0) attrs.push(['http.response.status_code', status]);
+      head = this.enc.compileHead(shape.name, SERVER, attrs);
+      if (byStatus !== undefined && byStatus.size < 64) byStatus.set(status, head);
     }
     this.last = shape;
     this.lastOutcome = outcome;
     this.lastPhase = phase;
-    this.lastAttributes = compiled;
-    return compiled;
+    this.lastStatus = status;
+    this.lastHead = head;
+    return head;
   }
 }
 
@@ -83,14 +92,24 @@ const header = (headers: IncomingHttpHeaders, name: string): string | undefined 
 };
 
 export class RequestTracing {
-  private readonly shapes = new ServerSpanShapes();
+  private readonly heads: ServerSpanHeads;
+  /** The server span's other attributes' names, encoded once. */
+  private readonly pathKey: CompiledKey;
+  private readonly keyHashKey: CompiledKey;
+  private readonly sourceKey: CompiledKey;
 
   constructor(
     private readonly recorder: Recorder,
     private readonly sampler: Sampler,
     private readonly ids: IdPool,
     private readonly read: TraceContextReader,
-  ) {}
+  ) {
+    const enc = recorder.encoder;
+    this.heads = new ServerSpanHeads(enc);
+    this.pathKey = enc.key('url.path');
+    this.keyHashKey = enc.key('idempotency.key_hash');
+    this.sourceKey = enc.key('error.source');
+  }
 
   /**
    * The server span of a request, a child of the client's traceparent/tracestate when it sent a valid one.
@@ -176,16 +195,15 @@ export class RequestTracing {
     const span = ctx.span!;
     if (!span.sampled) return;
     const route = ctx.route?.name ?? '(none)';
-    const shape = this.shapes.route(ctx.method, route);
+    const shape = this.heads.route(ctx.method, route);
     span.name = shape.name;
+    const head = this.heads.head(shape, ctx.outcome, ctx.phase, ctx.status);
     // It ends when the request's metrics and log line say it did (src/lifecycle/finish.ts, which runs first).
-    const enc = this.recorder.open(span, ctx.durationMs < 0 ? performance.now() : ctx.start + ctx.durationMs);
+    const enc = this.recorder.open(span, ctx.durationMs < 0 ? performance.now() : ctx.start + ctx.durationMs, head);
     if (enc === null) return;
-    enc.attrs(this.shapes.attributes(enc, shape, ctx.outcome, ctx.phase));
-    enc.attr('url.path', ctx.path);
-    if (ctx.key !== null) enc.attr('idempotency.key_hash', ctx.hashedKey());
-    if (ctx.status !== 0) enc.attr('http.response.status_code', ctx.status);
-    if (ctx.source !== null) enc.attr('error.source', ctx.source);
+    enc.attrAt(this.pathKey, ctx.path);
+    if (ctx.key !== null) enc.attrAt(this.keyHashKey, ctx.hashedKey());
+    if (ctx.source !== null) enc.attrAt(this.sourceKey, ctx.source);
     if (span.link !== null) enc.link(span.link, 'idempotency.link', 'replay_of');
     if (ctx.source !== null) enc.error(ctx.detail ?? ctx.outcome);
     this.recorder.close();

@@ -27,7 +27,7 @@ interface Case {
   span: TraceSpan;
   endMs: number;
   attrs: Array<[string, AttributeValue]>;
-  /** Attributes of small sets, written compiled (SpanEncoder.compile, attrs) before the others. */
+  /** Attributes of small sets, written compiled with the span's name and kind (SpanEncoder.compileHead) before the others. */
   fixed?: Array<[string, string | boolean]>;
   link?: SpanRef;
   error?: string;
@@ -43,6 +43,9 @@ function cases(): Case[] {
   child.setAttribute('idempotency.claim', 'claimed');
   const root = new TraceSpan({ record: () => {} }, -0x7fffffff, 0, 42, -5, 1, 2, 0, 0, false, null, 'x', SERVER, 0.001);
   const big = new TraceSpan({ record: () => {} }, 9, 8, 7, 6, 5, 4, 0, 0, false, null, 'GET /ünïcode', SERVER, 99_999_999.5);
+  const commit = new TraceSpan({ record: () => {} }, ...t, 11, 12, server.s0, server.s1, false, null, 'commit', CLIENT, 1249.5);
+  const release = new TraceSpan({ record: () => {} }, ...t, 13, 14, server.s0, server.s1, false, null, 'release', CLIENT, 1250.5);
+  const replayed = new TraceSpan({ record: () => {} }, 1, 2, 3, 4, 5, 6, 0, 0, false, null, 'POST orders', SERVER, 1999.25);
   const link: SpanRef = { traceId: '0123456789abcdeffedcba9876543210', spanId: '00000000000000a1', sampled: true, traceState: null };
   return [
     {
@@ -54,14 +57,19 @@ function cases(): Case[] {
     },
     { span: child, endMs: 1236.5, attrs: [] },
     { span: root, endMs: 0.002, attrs: [] },
-    { span: big, endMs: 100_000_000, attrs: [['url.path', `/${'é'.repeat(9_000)}`], ['error.source', 'upstream']], fixed: [['idempotency.route', 'rüte']], error: 'x'.repeat(300) },
+    { span: big, endMs: 100_000_000, attrs: [['url.path', `/${'é'.repeat(9_000)}`], ['error.source', 'upstream']], fixed: [['idempotency.route', 'rüte']], error: 'x'.repeat(300),
+      link: { ...link, traceState: 'kept=1', sampled: false } },
+    // A replay's server span with its head and a link not sampled.
+    { span: replayed, endMs: 2000.5, attrs: [['url.path', '/orders']], fixed: [['idempotency.outcome', 'replayed']], link: { ...link, sampled: false } },
+    // Spans without a head, which open() writes with one byte kept for their length: over 127 bytes, over 16 KiB.
+    { span: commit, endMs: 1250.25, attrs: [['http.response.status_code', 503]], error: 'the store refused: '.repeat(8) },
+    { span: release, endMs: 1251, attrs: [], error: 'ü'.repeat(9_000) },
   ];
 }
 
 function write(enc: SpanEncoder, list: Case[]): Uint8Array {
   for (const c of list) {
-    enc.open(c.span, c.endMs);
-    if (c.fixed !== undefined) enc.attrs(enc.compile(c.fixed));
+    enc.open(c.span, c.endMs, c.fixed === undefined ? null : enc.compileHead(c.span.name, c.span.kind, c.fixed));
     for (const [k, v] of c.attrs) enc.attr(k, v);
     if (c.link !== undefined) enc.link(linkOf(c.link), 'idempotency.link', 'replay_of');
     if (c.error !== undefined) enc.error(c.error);
@@ -159,9 +167,9 @@ describe('OTLP encoding: the recorder against OpenTelemetry’s serializers', ()
     const a = decode(ours, REQUEST);
     const b = decode(theirs, REQUEST);
     assert.deepEqual(a, b);
-    // What the comparison covers: four spans, one over 16 KiB, a link, two error statuses.
+    // What the comparison covers: seven spans, two over 16 KiB, three links, four error statuses.
     const spans = ((a[1]![0] as Tree)[2]![0] as Tree)[2]!;
-    assert.equal(spans.length, 4);
+    assert.equal(spans.length, 7);
     assert.ok(ours.length > 16_384 + 1000, `the request holds the 16 KiB span (${ours.length} bytes)`);
   });
 
