@@ -91,6 +91,51 @@ describe('tracing on: spans exported over OTLP/HTTP', () => {
   });
 });
 
+// A server span's head (src/tracing/spans.ts) is compiled once per route, outcome, phase and status code:
+// requests that differ in their status alone, one right after the other, each carry their own.
+describe('tracing on: the server span carries each response\'s own status code', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let receiver: Receiver;
+  before(async () => {
+    db = await createTestDatabase();
+    // Answers with the status the path ends in: /status/202 → 202.
+    upstream = await startUpstream((req, n, res) => jsonResponder(Number(req.url.split('/').pop()))(req, n, res));
+    receiver = await startReceiver();
+  });
+  after(async () => {
+    await upstream.close();
+    await receiver.close();
+    await db.drop();
+  });
+
+  test('executions and replays answered 201, 202, 201, 200 on one route: four status codes, in order', async () => {
+    const proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: `tracing: { endpoint: ${JSON.stringify(receiver.url)} }\n` });
+    const statuses = [201, 202, 201, 200];
+    const run = `${Date.now()}`;
+    const traces = statuses.map((_, i) => `${(i + 1).toString(16)}`.repeat(32));
+    try {
+      for (const pass of [0, 1]) {
+        for (let i = 0; i < statuses.length; i++) {
+          const r = await send(`${proxy.url}/status/${statuses[i]}`, {
+            headers: { 'idempotency-key': `status-${run}-${i}`, 'content-type': 'application/json', traceparent: `00-${traces[i]}-${String(pass + 1).repeat(16)}-01` },
+            body: '{}',
+          });
+          assert.equal(r.status, statuses[i]);
+          assert.equal(r.headers['idempotent-replayed'], pass === 1 ? 'true' : undefined);
+        }
+      }
+    } finally {
+      await proxy.close();
+    }
+    for (let i = 0; i < statuses.length; i++) {
+      const servers = receiver.spans.filter((s) => s.traceId === traces[i] && s.kind === 2);
+      assert.deepEqual(servers.map((s) => [attr(s, 'idempotency.outcome'), attr(s, 'http.response.status_code')]).sort(),
+        [['executed', String(statuses[i])], ['replayed', String(statuses[i])]], `request ${i}: ${statuses[i]}`);
+    }
+  });
+});
+
 // The trace context has a column of its own in PostgreSQL (migration 8); the Redis cache keeps it as the
 // reserved last entry of the cached headers (src/store/cache-codec.ts). Replays answered from either link
 // to the execution.
