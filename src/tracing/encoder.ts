@@ -16,7 +16,7 @@ export interface SpanEncoder {
    * which share theirs with every request of the same route and result); without one the span's own name and
    * kind are written.
    */
-  open(span: TraceSpan, endMs: number, head?: CompiledAttributes | null): void;
+  open(span: TraceSpan, endMs: number, head?: CompiledHead | null): void;
   attr(key: string, value: AttributeValue): void;
   /** The same, for a value of a small set (a method, a route name, an outcome): its encoding is kept and reused. */
   attrOf(key: string, value: string | boolean): void;
@@ -28,7 +28,7 @@ export interface SpanEncoder {
    * A span's name and kind with attributes whose values come from small sets (a method, a route name, an
    * outcome, a status code), encoded once for open()'s head.
    */
-  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledAttributes;
+  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledHead;
   link(ref: SpanLink, key: string, value: string): void;
   /** An error status with its message. */
   error(message: string): void;
@@ -40,7 +40,7 @@ export interface SpanEncoder {
 }
 
 /** What an encoder's compileHead() returns: its own encoding of a span's name, kind and attributes, opaque to the rest. */
-export interface CompiledAttributes {
+export interface CompiledHead {
   readonly compiled: true;
 }
 

@@ -1,4 +1,4 @@
-import { Clock, type CompiledAttributes, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
+import { Clock, type CompiledHead, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
 import { hex, type AttributeValue, type SpanLink, type TraceSpan } from './span.js';
 
 // OTLP/JSON (tracing.protocol: http/json): the same request as
@@ -14,7 +14,7 @@ function anyValue(value: AttributeValue): string {
 }
 
 /** What compileHead() returns here: the span's name and kind, and its attributes' JSON. */
-interface Head extends CompiledAttributes {
+interface Head extends CompiledHead {
   readonly name: string;
   readonly kind: number;
   readonly json: string;
@@ -42,7 +42,7 @@ export class JsonSpans implements SpanEncoder {
     return this.spans.length;
   }
 
-  open(span: TraceSpan, endMs: number, head: CompiledAttributes | null = null): void {
+  open(span: TraceSpan, endMs: number, head: CompiledHead | null = null): void {
     const h = head as Head | null;
     const parent = (span.p0 | span.p1) === 0 ? '' : `,"parentSpanId":"${hex(span.p0)}${hex(span.p1)}"`;
     const state = span.traceState === null ? '' : `,"traceState":${JSON.stringify(span.traceState)}`;
@@ -72,7 +72,7 @@ export class JsonSpans implements SpanEncoder {
     this.attr((key as CompiledKey & { name: string }).name, value);
   }
 
-  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledAttributes {
+  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledHead {
     const head: Head = { compiled: true, name, kind, json: attrs.map(([key, value]) => keyValue(key, value)).join(',') };
     return head;
   }

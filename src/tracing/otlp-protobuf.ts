@@ -1,4 +1,4 @@
-import { Clock, type CompiledAttributes, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
+import { Clock, type CompiledHead, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
 import type { AttributeValue, SpanLink, TraceSpan } from './span.js';
 
 // OTLP/protobuf: the export request (ExportTraceServiceRequest, from
@@ -300,7 +300,7 @@ export class ProtobufSpans implements SpanEncoder {
     this.wire = new Wire(size, this.head, Buffer.allocUnsafeSlow(size));
   }
 
-  open(span: TraceSpan, endMs: number, head: CompiledAttributes | null = null): void {
+  open(span: TraceSpan, endMs: number, head: CompiledHead | null = null): void {
     const w = this.wire;
     const state = span.traceState;
     const named = head === null ? this.name(span) : (head as unknown as Buffer);
@@ -386,14 +386,14 @@ export class ProtobufSpans implements SpanEncoder {
     this.wire.keyValue(SPAN_ATTRIBUTE, key as unknown as Buffer, value);
   }
 
-  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledAttributes {
+  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledHead {
     const w = new Wire(64 + name.length * 3);
     writeName(w, name, kind);
     for (const [key, value] of attrs) {
       if (typeof value === 'number') w.keyValue(SPAN_ATTRIBUTE, this.keys.get(key), value);
       else w.bytes(this.keys.pair(key, value));
     }
-    return Buffer.from(w.buf.subarray(0, w.pos)) as unknown as CompiledAttributes;
+    return Buffer.from(w.buf.subarray(0, w.pos)) as unknown as CompiledHead;
   }
 
   /** A span's name and kind fields, encoded once per name (at most 256 names; the last one checked first). */

@@ -1,4 +1,4 @@
-import type { CompiledAttributes, SpanEncoder } from './encoder.js';
+import type { CompiledHead, SpanEncoder } from './encoder.js';
 import type { SpanSink, TraceSpan } from './span.js';
 
 // The recorder: ended spans are written into the export request being built
@@ -42,7 +42,7 @@ export class Recorder implements SpanSink {
    * The encoder to write an ended span into, or null when the queue is full (the span is dropped). Then close().
    * `head`: the span's name, kind and small-set attributes, compiled by the encoder (SpanEncoder.compileHead).
    */
-  open(span: TraceSpan, endMs: number, head: CompiledAttributes | null = null): SpanEncoder | null {
+  open(span: TraceSpan, endMs: number, head: CompiledHead | null = null): SpanEncoder | null {
     if (this.queued >= this.opts.maxQueue) {
       this.opts.onLoss(1, 'queue_full', 'the span queue is full');
       return null;

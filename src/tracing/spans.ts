@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 import { reservedEntry, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import type { RequestContext } from '../lifecycle/context.js';
-import type { CompiledAttributes, CompiledKey, SpanEncoder } from './encoder.js';
+import type { CompiledHead, CompiledKey, SpanEncoder } from './encoder.js';
 import type { IdPool } from './ids.js';
 import type { Recorder } from './recorder.js';
 import type { Sampler } from './sampler.js';
@@ -23,7 +23,7 @@ interface RouteShape {
   readonly method: string;
   readonly route: string;
   /** Its heads, compiled, by outcome, phase and status code; null past the cache's bound (compiled per span). */
-  readonly heads: Map<string, Map<string, Map<number, CompiledAttributes>>> | null;
+  readonly heads: Map<string, Map<string, Map<number, CompiledHead>>> | null;
 }
 
 /**
@@ -38,7 +38,7 @@ class ServerSpanHeads {
   private lastOutcome = '';
   private lastPhase = '';
   private lastStatus = -1;
-  private lastHead: CompiledAttributes | null = null;
+  private lastHead: CompiledHead | null = null;
 
   constructor(private readonly enc: SpanEncoder) {}
 
@@ -58,7 +58,7 @@ class ServerSpanHeads {
   }
 
   /** `status`: the response's status code, 0 for none. At most 64 status codes a route, outcome and phase are kept. */
-  head(shape: RouteShape, outcome: string, phase: string, status: number): CompiledAttributes {
+  head(shape: RouteShape, outcome: string, phase: string, status: number): CompiledHead {
     if (shape === this.last && outcome === this.lastOutcome && phase === this.lastPhase && status === this.lastStatus) return this.lastHead!;
     let byPhase = shape.heads?.get(outcome);
     if (byPhase === undefined && shape.heads !== null) shape.heads.set(outcome, (byPhase = new Map()));
