@@ -51,6 +51,9 @@ describe('traceparent: written from words, read back into words', () => {
       good.toUpperCase(),
       `${good.slice(0, 10)}g${good.slice(11)}`,
       `${good.slice(0, 40)}é${good.slice(41)}`,
+      // Latin-1 characters whose low seven bits are hex digits ('°' 0xb0 → '0', 'á' 0xe1 → 'a'): refused, not aliased.
+      `${good.slice(0, 10)}°${good.slice(11)}`,
+      `${good.slice(0, 45)}á${good.slice(46)}`,
       `${good.slice(0, 35)}_${good.slice(36)}`,
       `${good.slice(0, 2)}_${good.slice(3)}`,
       good.replace(/-01$/, '-02'),
