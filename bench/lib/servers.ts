@@ -13,7 +13,8 @@ import type { BenchContext } from './context.js';
 export const SERVER_CPU = 0;
 export const LOAD_CPU = 1;
 
-function ourReady(line: string): string | null {
+/** Our own servers (upstream, baseline) print {"port":N,"url":"http://127.0.0.1:N"} once they listen. */
+export function upstreamReady(line: string): string | null {
   try {
     const msg = JSON.parse(line) as { url?: unknown; port?: unknown };
     return typeof msg.url === 'string' && typeof msg.port === 'number' ? msg.url : null;
@@ -48,7 +49,7 @@ export function startUpstream(ctx: BenchContext, name = 'upstream'): Promise<Ser
     env: process.env,
     cwd: ctx.projectRoot,
     timeoutMs: 15_000,
-    ready: ourReady,
+    ready: upstreamReady,
   });
 }
 
@@ -65,7 +66,7 @@ export function startBaseline(ctx: BenchContext, upstream: string, name = 'basel
     env: process.env,
     cwd: ctx.projectRoot,
     timeoutMs: 15_000,
-    ready: ourReady,
+    ready: upstreamReady,
   });
 }
 

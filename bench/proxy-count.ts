@@ -1,0 +1,185 @@
+// The whole proxy counted under callgrind: one proxy under valgrind replaying
+// records of two kinds in alternating windows — records that a traced proxy
+// stored (their trace context kept) and records that an untraced one stored
+// — for differences of a per cent or two that the pairs' scatter (±3 % a run)
+// cannot settle (docs/tracing-cost.md, How to measure). Not a row of the
+// benchmark and no target of its own; valgrind counts instructions (and,
+// with --cache-sim, simulated cache misses), not time.
+//
+//   node dist/bench/proxy-count.js [--traced] [--cache-sim] [--keys 1000]
+//     [--warm 40] [--window 6000] [--rounds 2] [--out DIR]
+//     [--database-url postgres://postgres@127.0.0.1:5432/postgres]
+//     → per window: the records replayed and each event a replay
+//
+// --traced: the counted proxy traces (every request sampled, spans to the
+// upstream, which answers as a collector); without it, tracing is off.
+// Before each window the same records are replayed --warm times over, so
+// the JIT has settled; the first round's windows still carry compilation
+// (read the last round). Threads are counted apart (--separate-threads):
+// the main thread's count leaves out V8's background compiler and
+// collector, whose share moves by several K instructions a replay from
+// window to window. The dumps stay in --out (callgrind.out.<pid>.<n>-<thread>,
+// one set a window, in the order printed) for callgrind_annotate; JIT code
+// is named from /tmp/perf-<pid>.map (the proxy runs with --perf-basic-prof).
+// Its database (idem_count) is made fresh on the server and dropped after.
+import { execFileSync, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { Pool } from 'undici';
+import { NODE_FLAGS } from '../src/node-flags.js';
+import { Children, type ServerHandle } from './lib/children.js';
+import { REQUEST_BODY } from './lib/context.js';
+import { dropDatabase, recreateDatabase } from './lib/pg.js';
+import { detectPinning } from './lib/pin.js';
+import { LOAD_CPU, proxyReady, SERVER_CPU, upstreamReady } from './lib/servers.js';
+import { tracedEnv } from './lib/servers-up.js';
+
+const { values: args } = parseArgs({
+  options: {
+    traced: { type: 'boolean', default: false },
+    'cache-sim': { type: 'boolean', default: false },
+    keys: { type: 'string', default: '1000' },
+    warm: { type: 'string', default: '40' },
+    window: { type: 'string', default: '6000' },
+    rounds: { type: 'string', default: '2' },
+    out: { type: 'string' },
+    'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
+  },
+});
+
+function count(name: 'keys' | 'warm' | 'window' | 'rounds'): number {
+  const n = Number(args[name]);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} ${args[name]}: a whole number above 0`);
+  return n;
+}
+const KEYS = count('keys');
+const WARM = count('warm');
+const WINDOW = count('window');
+const ROUNDS = count('rounds');
+const CONNECTIONS = 25;
+const DATABASE = 'idem_count';
+const SETS = ['untraced', 'traced'] as const;
+type RecordSet = (typeof SETS)[number];
+
+for (const tool of ['valgrind', 'callgrind_control']) {
+  if (spawnSync(tool, ['--version'], { stdio: 'ignore' }).error !== undefined) {
+    throw new Error(`${tool} is not on PATH: install valgrind (Debian: apt-get install -y valgrind)`);
+  }
+}
+
+const distRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const projectRoot = resolve(distRoot, '..');
+const main = join(distRoot, 'src', 'main.js');
+const config = join(projectRoot, 'bench', 'proxy.yaml');
+const tmp = mkdtempSync(join(tmpdir(), 'idem-count-'));
+const out = resolve(args.out ?? join(tmp, 'callgrind'));
+mkdirSync(out, { recursive: true });
+const pin = detectPinning(false);
+const children = new Children(join(distRoot, 'bench', 'guard.js'));
+process.on('exit', () => children.killAll());
+
+/** The proxy, as the bench starts it, under `wrap` (valgrind's command, or nothing). */
+function startProxy(name: string, upstream: string, databaseUrl: string, traced: boolean, wrap: readonly string[]): Promise<ServerHandle> {
+  const env: NodeJS.ProcessEnv = { ...process.env, ...(traced ? tracedEnv(upstream) : {}), BENCH_UPSTREAM_URL: upstream };
+  delete env['DATABASE_URL'];
+  delete env['REDIS_URL'];
+  return children.start({
+    name,
+    command: [...pin.prefix(SERVER_CPU), ...wrap, process.execPath, ...NODE_FLAGS, ...(wrap.length > 0 ? ['--perf-basic-prof'] : []), main,
+      'serve', '--config', config, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--database-url', databaseUrl],
+    logFile: join(tmp, `${name}.log`),
+    env,
+    cwd: projectRoot,
+    timeoutMs: wrap.length > 0 ? 300_000 : 60_000,
+    ready: proxyReady,
+  });
+}
+
+/** Each key of `set` sent `passes` times, CONNECTIONS at a time; every answer after the first pass must be a replay. */
+async function send(url: string, set: RecordSet, passes: number, replays: boolean): Promise<void> {
+  const pool = new Pool(url, { connections: CONNECTIONS });
+  let next = 0;
+  const total = KEYS * passes;
+  const one = async (): Promise<void> => {
+    while (next < total) {
+      const k = next++ % KEYS;
+      const res = await pool.request({
+        method: 'POST', path: '/bench/replay', body: REQUEST_BODY,
+        headers: { 'content-type': 'application/json', 'idempotency-key': `count-${set}-${k}` },
+      });
+      await res.body.dump();
+      if (res.statusCode >= 300) throw new Error(`${set} key ${k}: status ${res.statusCode} (see ${tmp})`);
+      if (replays && res.headers['idempotent-replayed'] !== 'true') throw new Error(`${set} key ${k}: not a replay`);
+    }
+  };
+  try {
+    await Promise.all(Array.from({ length: CONNECTIONS }, one));
+  } finally {
+    await pool.close();
+  }
+}
+
+/** Callgrind's `events:` and `totals:` lines of one dump file, the totals divided by `n`. */
+function events(file: string, n: number): Map<string, number> {
+  const text = readFileSync(join(out, file), 'utf8');
+  const names = /^events: (.+)$/m.exec(text)?.[1]?.split(' ') ?? [];
+  const totals = /^totals: (.+)$/m.exec(text)?.[1]?.split(' ').map(Number) ?? [];
+  return new Map(names.map((e, i) => [e, (totals[i] ?? 0) / n]));
+}
+
+/**
+ * The newest dump's events a replay: the main thread's (its file ends in -01: valgrind numbers threads from 1), and
+ * every thread's (V8's background compiler and collector among them, whose share moves from window to window).
+ */
+function newestDump(pid: number, n: number): { main: Map<string, number>; all: Map<string, number> } {
+  const dumps = readdirSync(out).filter((f) => f.startsWith(`callgrind.out.${pid}.`));
+  const number = (f: string): number => Number(f.slice(`callgrind.out.${pid}.`.length).split('-')[0]);
+  const last = Math.max(...dumps.map(number));
+  const files = dumps.filter((f) => number(f) === last);
+  const main = files.find((f) => f.endsWith('-01'));
+  if (main === undefined) throw new Error(`no callgrind dump of the main thread in ${out}`);
+  const all = new Map<string, number>();
+  for (const f of files) for (const [e, v] of events(f, n)) all.set(e, (all.get(e) ?? 0) + v);
+  return { main: events(main, n), all };
+}
+
+const shown = (m: Map<string, number>): string => [...m].map(([e, v]) => `${e} ${v >= 1000 ? `${(v / 1000).toFixed(1)} K` : v.toFixed(1)}`).join(', ');
+
+const adminUrl = args['database-url'];
+const databaseUrl = await recreateDatabase(adminUrl, DATABASE);
+try {
+  const upstream = await children.start({
+    name: 'upstream',
+    command: [...pin.prefix(LOAD_CPU), process.execPath, join(distRoot, 'bench', 'upstream.js'), '--port', '0'],
+    logFile: join(tmp, 'upstream.log'), env: process.env, cwd: projectRoot, timeoutMs: 15_000, ready: upstreamReady,
+  });
+  // The records: one set stored by a traced proxy (each keeps its execution's trace context), one by an untraced one.
+  for (const set of SETS) {
+    const recorder = await startProxy(`record-${set}`, upstream.url, databaseUrl, set === 'traced', []);
+    await send(recorder.url, set, 1, false);
+    await recorder.stop();
+  }
+  const vg = ['valgrind', '--tool=callgrind', '--instr-atstart=no', '--smc-check=all-non-file', '--separate-threads=yes',
+    `--callgrind-out-file=${join(out, 'callgrind.out.%p')}`,
+    ...(args['cache-sim'] ? ['--cache-sim=yes', '--branch-sim=yes'] : [])];
+  const proxy = await startProxy('counted', upstream.url, databaseUrl, args.traced, vg);
+  const pid = String(proxy.pid);
+  console.log(`proxy under callgrind (pid ${pid}, tracing ${args.traced ? 'on' : 'off'}); dumps in ${out}; logs in ${tmp}`);
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (const set of SETS) {
+      await send(proxy.url, set, WARM, true);
+      execFileSync('callgrind_control', ['-i', 'on', pid], { stdio: 'ignore' });
+      await send(proxy.url, set, Math.ceil(WINDOW / KEYS), true);
+      execFileSync('callgrind_control', ['-i', 'off', pid], { stdio: 'ignore' });
+      execFileSync('callgrind_control', ['-d', pid], { stdio: 'ignore' });
+      const { main, all } = newestDump(proxy.pid, Math.ceil(WINDOW / KEYS) * KEYS);
+      console.log(`round ${round}, records stored ${set}: a replay, main thread ${shown(main)}; all threads ${shown(all)}`);
+    }
+  }
+} finally {
+  await children.stopAll();
+  await dropDatabase(adminUrl, DATABASE);
+}
