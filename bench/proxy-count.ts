@@ -98,9 +98,11 @@ function startProxy(name: string, upstream: string, databaseUrl: string, traced:
   });
 }
 
-/** Each key of `set` sent `passes` times, CONNECTIONS at a time; every answer after the first pass must be a replay. */
-async function send(url: string, set: RecordSet, passes: number, replays: boolean): Promise<void> {
-  const pool = new Pool(url, { connections: CONNECTIONS });
+/**
+ * Each key of `set` sent `passes` times over `pool` (CONNECTIONS at a time); with `replays`, every answer must be a
+ * replay. One pool a proxy: a counted window holds replays on open connections, no connection set-up.
+ */
+async function send(pool: Pool, set: RecordSet, passes: number, replays: boolean): Promise<void> {
   let next = 0;
   const total = KEYS * passes;
   const one = async (): Promise<void> => {
@@ -115,11 +117,7 @@ async function send(url: string, set: RecordSet, passes: number, replays: boolea
       if (replays && res.headers['idempotent-replayed'] !== 'true') throw new Error(`${set} key ${k}: not a replay`);
     }
   };
-  try {
-    await Promise.all(Array.from({ length: CONNECTIONS }, one));
-  } finally {
-    await pool.close();
-  }
+  await Promise.all(Array.from({ length: CONNECTIONS }, one));
 }
 
 /** Callgrind's `events:` and `totals:` lines of one dump file, the totals divided by `n`. */
@@ -139,11 +137,11 @@ function newestDump(pid: number, n: number): { main: Map<string, number>; all: M
   const number = (f: string): number => Number(f.slice(`callgrind.out.${pid}.`.length).split('-')[0]);
   const last = Math.max(...dumps.map(number));
   const files = dumps.filter((f) => number(f) === last);
-  const main = files.find((f) => f.endsWith('-01'));
-  if (main === undefined) throw new Error(`no callgrind dump of the main thread in ${out}`);
+  const mainThread = files.find((f) => f.endsWith('-01'));
+  if (mainThread === undefined) throw new Error(`no callgrind dump of the main thread in ${out}`);
   const all = new Map<string, number>();
   for (const f of files) for (const [e, v] of events(f, n)) all.set(e, (all.get(e) ?? 0) + v);
-  return { main: events(main, n), all };
+  return { main: events(mainThread, n), all };
 }
 
 const shown = (m: Map<string, number>): string => [...m].map(([e, v]) => `${e} ${v >= 1000 ? `${(v / 1000).toFixed(1)} K` : v.toFixed(1)}`).join(', ');
@@ -159,7 +157,9 @@ try {
   // The records: one set stored by a traced proxy (each keeps its execution's trace context), one by an untraced one.
   for (const set of SETS) {
     const recorder = await startProxy(`record-${set}`, upstream.url, databaseUrl, set === 'traced', []);
-    await send(recorder.url, set, 1, false);
+    const pool = new Pool(recorder.url, { connections: CONNECTIONS });
+    await send(pool, set, 1, false);
+    await pool.close();
     await recorder.stop();
   }
   const vg = ['valgrind', '--tool=callgrind', '--instr-atstart=no', '--smc-check=all-non-file', '--separate-threads=yes',
@@ -167,18 +167,21 @@ try {
     ...(args['cache-sim'] ? ['--cache-sim=yes', '--branch-sim=yes'] : [])];
   const proxy = await startProxy('counted', upstream.url, databaseUrl, args.traced, vg);
   const pid = String(proxy.pid);
+  const pool = new Pool(proxy.url, { connections: CONNECTIONS });
+  const windowPasses = Math.ceil(WINDOW / KEYS);
   console.log(`proxy under callgrind (pid ${pid}, tracing ${args.traced ? 'on' : 'off'}); dumps in ${out}; logs in ${tmp}`);
   for (let round = 1; round <= ROUNDS; round++) {
     for (const set of SETS) {
-      await send(proxy.url, set, WARM, true);
+      await send(pool, set, WARM, true);
       execFileSync('callgrind_control', ['-i', 'on', pid], { stdio: 'ignore' });
-      await send(proxy.url, set, Math.ceil(WINDOW / KEYS), true);
+      await send(pool, set, windowPasses, true);
       execFileSync('callgrind_control', ['-i', 'off', pid], { stdio: 'ignore' });
       execFileSync('callgrind_control', ['-d', pid], { stdio: 'ignore' });
-      const { main, all } = newestDump(proxy.pid, Math.ceil(WINDOW / KEYS) * KEYS);
-      console.log(`round ${round}, records stored ${set}: a replay, main thread ${shown(main)}; all threads ${shown(all)}`);
+      const { main: mainThread, all } = newestDump(proxy.pid, windowPasses * KEYS);
+      console.log(`round ${round}, records stored ${set}: a replay, main thread ${shown(mainThread)}; all threads ${shown(all)}`);
     }
   }
+  await pool.close();
 } finally {
   await children.stopAll();
   await dropDatabase(adminUrl, DATABASE);
