@@ -6,7 +6,7 @@
 // benchmark and no target of its own; valgrind counts instructions (and,
 // with --cache-sim, simulated cache misses), not time.
 //
-//   node dist/bench/proxy-count.js [--traced] [--cache-sim] [--keys 1000]
+//   node dist/bench/proxy-count.js [--traced] [--cache-sim | --gc] [--keys 1000]
 //     [--warm 40] [--window 6000] [--rounds 2] [--out DIR]
 //     [--database-url postgres://postgres@127.0.0.1:5432/postgres]
 //     → per window: the records replayed and each event a replay
@@ -22,8 +22,15 @@
 // one set a window, in the order printed) for callgrind_annotate; JIT code
 // is named from /tmp/perf-<pid>.map (the proxy runs with --perf-basic-prof).
 // Its database (idem_count) is made fresh on the server and dropped after.
+//
+// --gc: the same windows with the proxy run natively (no valgrind) and V8's
+// --trace-gc-nvp: per window, a replay's young-generation collections —
+// bytes allocated, bytes surviving a scavenge, bytes promoted, scavenges and
+// their pause — read from the lines the proxy logged during the window.
+// Times, unlike instructions, move with the machine: compare windows of one
+// run, and runs alternated.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { closeSync, fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -34,6 +41,7 @@ import { Children, type ServerHandle } from './lib/children.js';
 import { REQUEST_BODY } from './lib/context.js';
 import { dropDatabase, recreateDatabase } from './lib/pg.js';
 import { detectPinning } from './lib/pin.js';
+import { cpuNsBetween, readCpuNs } from './lib/proc.js';
 import { LOAD_CPU, proxyReady, SERVER_CPU, upstreamReady } from './lib/servers.js';
 import { tracedEnv } from './lib/servers-up.js';
 
@@ -41,6 +49,7 @@ const { values: args } = parseArgs({
   options: {
     traced: { type: 'boolean', default: false },
     'cache-sim': { type: 'boolean', default: false },
+    gc: { type: 'boolean', default: false },
     keys: { type: 'string', default: '1000' },
     warm: { type: 'string', default: '40' },
     window: { type: 'string', default: '6000' },
@@ -64,7 +73,8 @@ const DATABASE = 'idem_count';
 const SETS = ['untraced', 'traced'] as const;
 type RecordSet = (typeof SETS)[number];
 
-for (const tool of ['valgrind', 'callgrind_control']) {
+if (args.gc && args['cache-sim']) throw new Error('--gc runs the proxy natively: it cannot take --cache-sim');
+for (const tool of args.gc ? [] : ['valgrind', 'callgrind_control']) {
   if (spawnSync(tool, ['--version'], { stdio: 'ignore' }).error !== undefined) {
     throw new Error(`${tool} is not on PATH: install valgrind (Debian: apt-get install -y valgrind)`);
   }
@@ -76,19 +86,19 @@ const main = join(distRoot, 'src', 'main.js');
 const config = join(projectRoot, 'bench', 'proxy.yaml');
 const tmp = mkdtempSync(join(tmpdir(), 'idem-count-'));
 const out = resolve(args.out ?? join(tmp, 'callgrind'));
-mkdirSync(out, { recursive: true });
+if (!args.gc) mkdirSync(out, { recursive: true });
 const pin = detectPinning(false);
 const children = new Children(join(distRoot, 'bench', 'guard.js'));
 process.on('exit', () => children.killAll());
 
-/** The proxy, as the bench starts it, under `wrap` (valgrind's command, or nothing). */
-function startProxy(name: string, upstream: string, databaseUrl: string, traced: boolean, wrap: readonly string[]): Promise<ServerHandle> {
+/** The proxy, as the bench starts it, under `wrap` (valgrind's command, or nothing), with `v8` flags added. */
+function startProxy(name: string, upstream: string, databaseUrl: string, traced: boolean, wrap: readonly string[], v8: readonly string[] = []): Promise<ServerHandle> {
   const env: NodeJS.ProcessEnv = { ...process.env, ...(traced ? tracedEnv(upstream) : {}), BENCH_UPSTREAM_URL: upstream };
   delete env['DATABASE_URL'];
   delete env['REDIS_URL'];
   return children.start({
     name,
-    command: [...pin.prefix(SERVER_CPU), ...wrap, process.execPath, ...NODE_FLAGS, ...(wrap.length > 0 ? ['--perf-basic-prof'] : []), main,
+    command: [...pin.prefix(SERVER_CPU), ...wrap, process.execPath, ...NODE_FLAGS, ...(wrap.length > 0 ? ['--perf-basic-prof'] : []), ...v8, main,
       'serve', '--config', config, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0', '--database-url', databaseUrl],
     logFile: join(tmp, `${name}.log`),
     env,
@@ -144,6 +154,46 @@ function newestDump(pid: number, n: number): { main: Map<string, number>; all: M
   return { main: events(mainThread, n), all };
 }
 
+/**
+ * What --trace-gc-nvp logged in `text` (the proxy's log between two readings of its length), a replay: each
+ * collection's line carries its kind (gc=s: a scavenge), its pause in ms and, for a scavenge, its bytes (a full
+ * collection's byte counts are of the whole heap: only its pause and its number are taken).
+ */
+const BYTE_FIELDS = (['allocated', 'new_space_survived', 'promoted'] as const).map((f) => [f, new RegExp(` ${f}=(\\d+)`)] as const);
+
+function collections(text: string, n: number): string {
+  let scavenges = 0;
+  let full = 0;
+  let pauseMs = 0;
+  const bytes = { allocated: 0, new_space_survived: 0, promoted: 0 };
+  for (const line of text.split('\n')) {
+    const kind = / gc=(\S+)/.exec(line)?.[1];
+    if (kind === undefined) continue;
+    pauseMs += Number(/ pause=([\d.]+)/.exec(line)?.[1] ?? 0);
+    if (kind !== 's') {
+      full += 1;
+      continue;
+    }
+    scavenges += 1;
+    for (const [field, re] of BYTE_FIELDS) bytes[field] += Number(re.exec(line)?.[1] ?? 0);
+  }
+  return `allocated ${(bytes.allocated / n).toFixed(0)} B, survived a scavenge ${(bytes.new_space_survived / n).toFixed(0)} B, `
+    + `promoted ${(bytes.promoted / n).toFixed(1)} B, scavenges ${((scavenges * 1000) / n).toFixed(2)} a thousand`
+    + `${full > 0 ? ` (and ${full} full collections in the window)` : ''}, paused ${((pauseMs * 1000) / n).toFixed(2)} µs`;
+}
+
+/** A file's text from byte `offset` to its end. */
+function readFrom(file: string, offset: number): string {
+  const fd = openSync(file, 'r');
+  try {
+    const b = Buffer.alloc(fstatSync(fd).size - offset);
+    readSync(fd, b, 0, b.length, offset);
+    return b.toString('utf8');
+  } finally {
+    closeSync(fd);
+  }
+}
+
 const shown = (m: Map<string, number>): string => [...m].map(([e, v]) => `${e} ${v >= 1000 ? `${(v / 1000).toFixed(1)} K` : v.toFixed(1)}`).join(', ');
 
 const adminUrl = args['database-url'];
@@ -165,14 +215,28 @@ try {
   const vg = ['valgrind', '--tool=callgrind', '--instr-atstart=no', '--smc-check=all-non-file', '--separate-threads=yes',
     `--callgrind-out-file=${join(out, 'callgrind.out.%p')}`,
     ...(args['cache-sim'] ? ['--cache-sim=yes', '--branch-sim=yes'] : [])];
-  const proxy = await startProxy('counted', upstream.url, databaseUrl, args.traced, vg);
+  const proxy = args.gc
+    ? await startProxy('counted', upstream.url, databaseUrl, args.traced, [], ['--trace-gc-nvp'])
+    : await startProxy('counted', upstream.url, databaseUrl, args.traced, vg);
   const pid = String(proxy.pid);
   const pool = new Pool(proxy.url, { connections: CONNECTIONS });
   const windowPasses = Math.ceil(WINDOW / KEYS);
-  console.log(`proxy under callgrind (pid ${pid}, tracing ${args.traced ? 'on' : 'off'}); dumps in ${out}; logs in ${tmp}`);
+  const tracing = `tracing ${args.traced ? 'on' : 'off'}`;
+  console.log(args.gc ? `proxy (pid ${pid}, ${tracing}, --trace-gc-nvp); logs in ${tmp}` : `proxy under callgrind (pid ${pid}, ${tracing}); dumps in ${out}; logs in ${tmp}`);
   for (let round = 1; round <= ROUNDS; round++) {
     for (const set of SETS) {
       await send(pool, set, WARM, true);
+      if (args.gc) {
+        const before = statSync(proxy.logFile).size;
+        const cpuBefore = readCpuNs(proxy.pid);
+        await send(pool, set, windowPasses, true);
+        const cpuNs = cpuNsBetween(cpuBefore, readCpuNs(proxy.pid));
+        const text = readFrom(proxy.logFile, before);
+        const n = windowPasses * KEYS;
+        const cpu = cpuNs === null ? 'CPU not read (a thread came or went)' : `CPU ${(cpuNs / 1000 / n).toFixed(1)} µs`;
+        console.log(`round ${round}, records stored ${set}: a replay, ${cpu}, ${collections(text, n)}`);
+        continue;
+      }
       execFileSync('callgrind_control', ['-i', 'on', pid], { stdio: 'ignore' });
       await send(pool, set, windowPasses, true);
       execFileSync('callgrind_control', ['-i', 'off', pid], { stdio: 'ignore' });
