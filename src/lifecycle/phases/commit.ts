@@ -94,9 +94,9 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
   const claim = ctx.claim!;
   const t0 = performance.now();
   const giveUpAt = t0 + Math.max(claim.leaseMs, COMMIT_PATIENCE_MIN_MS);
-  // Traced: the record keeps this execution's trace context, for its replays' links.
-  const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'commit', CLIENT, t0);
-  const stored = span === null ? rec : deps.tracing!.withTrace(ctx, rec);
+  // Traced: the record keeps this execution's trace context, for its replays' links. The commit's span is made
+  // when the round trip has ended, from its clock readings (as the claim's, src/lifecycle/phases/claim.ts).
+  const stored = ctx.span === null ? rec : deps.tracing!.withTrace(ctx, rec);
   let outcome;
   for (let i = 0; ; i++) {
     try {
@@ -106,7 +106,7 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
       deps.metrics.storeErrors.inc({ op: 'commit' });
       const outage = err instanceof StoreUnavailableError;
       if (!outage || performance.now() >= giveUpAt) {
-        if (span !== null) endChild(span, err);
+        if (ctx.span !== null) endChild(deps.tracing!.child(ctx, 'commit', CLIENT, t0), err);
         ctx.storeMs += performance.now() - t0;
         deps.logger.error({ requestId: ctx.requestId, err: (err as Error).message }, 'commit failed; the client gets no complete response');
         return { kind: 'cut', outcome: outage ? 'store_error' : 'internal_error', detail: `record could not be committed: ${(err as Error).message}` };
@@ -115,7 +115,7 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
     }
   }
   const t1 = performance.now();
-  if (span !== null) endChild(span, undefined, t1);
+  if (ctx.span !== null) endChild(deps.tracing!.child(ctx, 'commit', CLIENT, t0), undefined, t1);
   const ms = t1 - t0;
   ctx.storeMs += ms;
   deps.metrics.storeDuration.labels('commit').observe(ms / 1000);
@@ -138,13 +138,12 @@ export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise
   const claim = ctx.claim!;
   ctx.released = true;
   const t0 = performance.now();
-  const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'release', CLIENT, t0);
   try {
     await deps.store.release(claim.tenantId, claim.key, claim.ownerToken);
-    if (span !== null) endChild(span);
+    if (ctx.span !== null) endChild(deps.tracing!.child(ctx, 'release', CLIENT, t0));
     deps.cache?.forget(claim.tenantId, claim.key);
   } catch (err) {
-    if (span !== null) endChild(span, err);
+    if (ctx.span !== null) endChild(deps.tracing!.child(ctx, 'release', CLIENT, t0), err);
     deps.metrics.storeErrors.inc({ op: 'release' });
     deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release failed; key stays claimed until its lease ends');
   } finally {
