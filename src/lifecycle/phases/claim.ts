@@ -35,9 +35,9 @@ export const claimPhase: Phase = {
     };
     ctx.claim = req;
     const t0 = performance.now();
-    // Traced: the claim's span is made when the round trip has ended, from its two clock readings, so that
-    // nothing of it is kept while the request waits for PostgreSQL (where most requests in flight are when a
-    // scavenge copies them; docs/tracing-cost.md).
+    // Traced: the claim's span is made when the round trip has ended, from its two clock readings: a span made
+    // before it would be kept through the wait for PostgreSQL, and copied by every scavenge meanwhile
+    // (docs/tracing-cost.md).
     let outcome: ClaimOutcome;
     try {
       outcome = await deps.store.claim(req);
