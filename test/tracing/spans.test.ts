@@ -88,6 +88,46 @@ describe('tracing on: spans exported over OTLP/HTTP', () => {
     assert.equal(attr(replay, 'idempotency.replayed'), true);
     assert.deepEqual(replay.links?.map((l) => [l.traceId, l.spanId]), [[CLIENT_TRACE, exec.spanId]], 'the replay links to the execution it replays');
     assert.equal(upstream.executions(), 1);
+
+    // The store spans are made when their round trip has ended (src/lifecycle/phases/claim.ts): each still spans
+    // its round trip, in the request's order — claim, then upstream, then commit — inside the server span.
+    const at = (s: { startTimeUnixNano: string | number; endTimeUnixNano: string | number }): [bigint, bigint] => [BigInt(s.startTimeUnixNano), BigInt(s.endTimeUnixNano)];
+    const [serverStart, serverEnd] = at(exec);
+    const [claimStart, claimEnd] = at(byName.get('claim')!);
+    const [upstreamStart, upstreamEnd] = at(byName.get('upstream')!);
+    const [commitStart, commitEnd] = at(byName.get('commit')!);
+    assert.ok(serverStart <= claimStart && claimEnd <= upstreamStart, 'the claim span ends before the upstream call starts');
+    assert.ok(upstreamEnd <= commitStart && commitEnd <= serverEnd, 'the commit span starts after the upstream call and ends inside the server span');
+  });
+
+  test('an upstream that cannot be reached: the key is released, and the release is a span of the request', async () => {
+    const closed = await startUpstream(jsonResponder(201));
+    const unreachable = closed.url;
+    await closed.close();
+    const proxy = await startTestProxy({
+      upstream: unreachable, databaseUrl: db.url,
+      yaml: `tracing: { endpoint: ${JSON.stringify(receiver.url)}, serviceName: proxy-under-test }\n`,
+    });
+    const trace = '33333333333333333333333333333333';
+    let res;
+    try {
+      res = await send(`${proxy.url}/orders`, {
+        headers: { 'idempotency-key': `release-${Date.now()}`, 'content-type': 'application/json', traceparent: `00-${trace}-4444444444444444-01` },
+        body: '{"amount":1}',
+      });
+    } finally {
+      await proxy.close();
+    }
+    assert.equal(res.status, 502, 'not sent: the key is released and the client told to retry');
+    const spans = receiver.spans.filter((s) => s.traceId === trace);
+    const server = spans.find((s) => s.kind === 2);
+    assert.ok(server, `a server span (got ${spans.map((s) => s.name).join(', ')})`);
+    const names = spans.filter((s) => s.parentSpanId === server.spanId).map((s) => s.name).sort();
+    assert.deepEqual(names, ['claim', 'release', 'upstream'], 'claim, the failed upstream call, and the release');
+    const release = spans.find((s) => s.name === 'release')!;
+    const upstreamCall = spans.find((s) => s.name === 'upstream')!;
+    assert.ok(BigInt(upstreamCall.endTimeUnixNano) <= BigInt(release.startTimeUnixNano), 'the release comes after the upstream call');
+    assert.ok(durationNs(release) > 0n, 'the release span covers its round trip');
   });
 });
 
