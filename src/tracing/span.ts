@@ -133,6 +133,15 @@ const TRACEPARENT_BYTES = Buffer.allocUnsafeSlow(64);
 const LINK_WORDS = new Int32Array(6);
 
 /**
+ * Buffer#latin1Write, called through a constant: what Buffer#write(…, 'latin1') calls once it has checked its
+ * arguments and looked the encoding up. On Node 20 those steps were most of the write's cost (about 0.7 K of
+ * tracing's 10.5 K instructions a replay, bench/trace-loop.ts under callgrind; docs/tracing-cost.md), and
+ * `b.write` missed its property lookup on every call. Not in Node's documentation, but on Buffer.prototype in
+ * every version the proxy runs on (Node 20, 22, 24; test/tracing/traceparent.test.ts checks that it is there and writes what Buffer#write does).
+ */
+const latin1Write = (Buffer.prototype as unknown as { latin1Write: (this: Buffer, s: string, at: number, n: number) => number }).latin1Write;
+
+/**
  * What TraceSpan.traceparent() writes — `00-<32 hex>-<16 hex>-0<0|1>`, lower-case, ids not all zero — read
  * straight into words: the link of a replay to the execution whose record kept it. null for anything else.
  * A character beyond Latin-1 is read as its low byte (its Latin-1 write): such a value can only come from a
@@ -142,7 +151,7 @@ const LINK_WORDS = new Int32Array(6);
 export function ownTraceparent(tp: string): SpanLink | null {
   if (tp.length !== 55) return null;
   const b = TRACEPARENT_BYTES;
-  b.write(tp, 0, 55, 'latin1');
+  latin1Write.call(b, tp, 0, 55);
   if (b[0] !== 48 || b[1] !== 48 || b[2] !== 45 || b[35] !== 45 || b[52] !== 45 || b[53] !== 48) return null;
   const flag = b[54];
   if (flag !== 48 && flag !== 49) return null;

@@ -44,6 +44,17 @@ describe('traceparent: written from words, read back into words', () => {
     assert.equal(word(tp.slice(3, 35), 2), T[2]);
   });
 
+  test('Buffer#latin1Write, which the reading calls directly, is there and writes what Buffer#write does in Latin-1', () => {
+    const direct = (Buffer.prototype as unknown as Record<string, unknown>).latin1Write;
+    assert.equal(typeof direct, 'function', `Node ${process.version} has no Buffer.prototype.latin1Write: src/tracing/span.ts needs another way to write a traceparent's bytes`);
+    const s = `${span(true).traceparent().slice(0, 40)}é\u0161${span(true).traceparent().slice(42)}`;
+    const a = Buffer.alloc(64);
+    const b = Buffer.alloc(64);
+    assert.equal((direct as (this: Buffer, s: string, at: number, n: number) => number).call(a, s, 0, 55), 55);
+    b.write(s, 0, 55, 'latin1');
+    assert.deepEqual(a, b);
+  });
+
   test('anything else is refused: version, separators, case, digits, flags, length, all-zero ids', () => {
     const good = span(true).traceparent();
     const bad = [
