@@ -25,7 +25,7 @@ import { IdPool } from '../src/tracing/ids.js';
 import { ProtobufSpans } from '../src/tracing/otlp-protobuf.js';
 import { Recorder } from '../src/tracing/recorder.js';
 import { samplerFrom } from '../src/tracing/sampler.js';
-import { CLIENT, hex } from '../src/tracing/span.js';
+import { hex } from '../src/tracing/span.js';
 import { endChild, RequestTracing } from '../src/tracing/spans.js';
 
 const { values: args } = parseArgs({
@@ -89,9 +89,7 @@ class Request {
 function claimed(i: number, claim: string): RequestContext {
   const ctx = new Request('k', hashes[i % 1000]!) as unknown as RequestContext;
   tracing.start(ctx);
-  const span = tracing.child(ctx, 'claim', CLIENT, performance.now());
-  span.setAttribute('idempotency.claim', claim);
-  endChild(span, undefined, performance.now());
+  tracing.storeSpan(ctx, 'claim', performance.now(), performance.now(), claim);
   return ctx;
 }
 
@@ -115,9 +113,8 @@ function newKey(i: number): void {
   upstream.setAttribute('http.response.status_code', 201);
   endChild(upstream);
   const t1 = performance.now();
-  const commit = tracing.child(ctx, 'commit', CLIENT, t1);
   tracing.withTrace(ctx, records[i % 1000]!);
-  endChild(commit, undefined, performance.now());
+  tracing.storeSpan(ctx, 'commit', t1, performance.now(), null);
   ctx.outcome = 'executed';
   ctx.phase = 'commit';
   ctx.status = 201;

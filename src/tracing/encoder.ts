@@ -17,6 +17,12 @@ export interface SpanEncoder {
    * kind are written.
    */
   open(span: TraceSpan, endMs: number, head?: CompiledHead | null): void;
+  /**
+   * Starts a child of `parent` that has already ended, with no TraceSpan of its own (a store round trip's span,
+   * made when its round trip is over): its trace id and trace state are its parent's, its parent id is the
+   * parent's span id, `s0`, `s1` its own span id. `head`: its name, kind and attributes, from compileHead().
+   */
+  openChild(parent: TraceSpan, s0: number, s1: number, startMs: number, endMs: number, head: CompiledHead): void;
   attr(key: string, value: AttributeValue): void;
   /** The same, for a value of a small set (a method, a route name, an outcome): its encoding is kept and reused. */
   attrOf(key: string, value: string | boolean): void;

@@ -44,16 +44,27 @@ export class JsonSpans implements SpanEncoder {
 
   open(span: TraceSpan, endMs: number, head: CompiledHead | null = null): void {
     const h = head as Head | null;
-    const parent = (span.p0 | span.p1) === 0 ? '' : `,"parentSpanId":"${hex(span.p0)}${hex(span.p1)}"`;
-    const state = span.traceState === null ? '' : `,"traceState":${JSON.stringify(span.traceState)}`;
-    const flags = 0x101 | (span.remoteParent ? 0x200 : 0);
-    this.text = `{"traceId":"${hex(span.t0)}${hex(span.t1)}${hex(span.t2)}${hex(span.t3)}","spanId":"${hex(span.s0)}${hex(span.s1)}"${state}${parent},`
-      + `"flags":${flags},"name":${JSON.stringify(h === null ? span.name : h.name)},"kind":${h === null ? span.kind : h.kind},`
-      + `"startTimeUnixNano":"${this.clock.decimal(span.start)}","endTimeUnixNano":"${this.clock.decimal(endMs)}"`;
+    this.begin(span, span.s0, span.s1, span.p0, span.p1, span.remoteParent, span.start, endMs, h === null ? span.name : h.name, h === null ? span.kind : h.kind);
     this.attrText = h === null ? '' : h.json;
-    this.tail = '';
     const attrs = span.attrs;
     if (attrs !== null) for (let i = 0; i < attrs.length; i += 2) this.attr(attrs[i] as string, attrs[i + 1]!);
+  }
+
+  openChild(parent: TraceSpan, s0: number, s1: number, startMs: number, endMs: number, head: CompiledHead): void {
+    const h = head as Head;
+    this.begin(parent, s0, s1, parent.s0, parent.s1, false, startMs, endMs, h.name, h.kind);
+    this.attrText = h.json;
+  }
+
+  /** A span's fields but its attributes, link and status: the trace id and trace state of `trace`, the rest as given. */
+  private begin(trace: TraceSpan, s0: number, s1: number, p0: number, p1: number, remote: boolean, startMs: number, endMs: number, name: string, kind: number): void {
+    const parent = (p0 | p1) === 0 ? '' : `,"parentSpanId":"${hex(p0)}${hex(p1)}"`;
+    const state = trace.traceState === null ? '' : `,"traceState":${JSON.stringify(trace.traceState)}`;
+    const flags = 0x101 | (remote ? 0x200 : 0);
+    this.text = `{"traceId":"${hex(trace.t0)}${hex(trace.t1)}${hex(trace.t2)}${hex(trace.t3)}","spanId":"${hex(s0)}${hex(s1)}"${state}${parent},`
+      + `"flags":${flags},"name":${JSON.stringify(name)},"kind":${kind},`
+      + `"startTimeUnixNano":"${this.clock.decimal(startMs)}","endTimeUnixNano":"${this.clock.decimal(endMs)}"`;
+    this.tail = '';
   }
 
   attr(key: string, value: AttributeValue): void {

@@ -305,9 +305,31 @@ export class ProtobufSpans implements SpanEncoder {
   }
 
   open(span: TraceSpan, endMs: number, head: CompiledHead | null = null): void {
+    // Bytes kept for the span's length: two for a span with a head (a server span: 128 bytes to 16 KiB), one for
+    // the others (a store round trip's: under 128 bytes). close() moves a span whose length needs more or fewer.
+    this.begin(span, span.s0, span.s1, span.p0, span.p1, span.remoteParent, span.start, endMs, head === null ? this.name(span) : (head as unknown as Buffer), head === null ? 1 : 2);
+    const attrs = span.attrs;
+    if (attrs === null) return;
+    // A child span's attributes: claim outcomes, probe results, methods (small sets: reused encodings) and numbers.
+    for (let i = 0; i < attrs.length; i += 2) {
+      const v = attrs[i + 1]!;
+      if (typeof v === 'number') this.attr(attrs[i] as string, v);
+      else this.attrOf(attrs[i] as string, v);
+    }
+  }
+
+  openChild(parent: TraceSpan, s0: number, s1: number, startMs: number, endMs: number, head: CompiledHead): void {
+    this.begin(parent, s0, s1, parent.s0, parent.s1, false, startMs, endMs, head as unknown as Buffer, 1);
+  }
+
+  /**
+   * A span's fields up to its name, kind and head's attributes (`named`): the trace id and trace state of
+   * `trace`, the span id `s0`, `s1`, the parent's `p0`, `p1` (0, 0: none), times, flags. `reserved`: bytes kept
+   * for the span's length.
+   */
+  private begin(trace: TraceSpan, s0: number, s1: number, p0: number, p1: number, remote: boolean, startMs: number, endMs: number, named: Buffer, reserved: number): void {
     const w = this.wire;
-    const state = span.traceState;
-    const named = head === null ? this.name(span) : (head as unknown as Buffer);
+    const state = trace.traceState;
     w.room(96 + named.length + (state === null ? 0 : state.length * 3 + 6));
     // The fixed fields through locals, the position written back once (a w.byte() a field loaded and stored the
     // wire's buffer and position every time); ids as big-endian words. A string may grow the buffer: the locals
@@ -316,24 +338,21 @@ export class ProtobufSpans implements SpanEncoder {
     let view = w.view;
     let p = w.pos;
     buf[p] = SCOPE_SPANS_SPAN;
-    // Bytes kept for the span's length: two for a span with a head (a server span: 128 bytes to 16 KiB), one for
-    // the others (a store round trip's: under 128 bytes). close() moves a span whose length needs more or fewer.
-    const reserved = head === null ? 1 : 2;
     this.spanAt = p + 1;
     this.reserved = reserved;
-    // The trace id and span id fields (as writeIds(), written out here: open() is too large for the compiler to
-    // inline it, and a call left the DataView's writes as calls too).
+    // The trace id and span id fields (as writeIds(), written out here: a call left the DataView's writes as
+    // calls too).
     p += 1 + reserved;
     buf[p] = SPAN_TRACE_ID;
     buf[p + 1] = 16;
-    view.setInt32(p + 2, span.t0);
-    view.setInt32(p + 6, span.t1);
-    view.setInt32(p + 10, span.t2);
-    view.setInt32(p + 14, span.t3);
+    view.setInt32(p + 2, trace.t0);
+    view.setInt32(p + 6, trace.t1);
+    view.setInt32(p + 10, trace.t2);
+    view.setInt32(p + 14, trace.t3);
     buf[p + 18] = SPAN_SPAN_ID;
     buf[p + 19] = 8;
-    view.setInt32(p + 20, span.s0);
-    view.setInt32(p + 24, span.s1);
+    view.setInt32(p + 20, s0);
+    view.setInt32(p + 24, s1);
     p += 28;
     if (state !== null) {
       buf[p] = SPAN_TRACE_STATE;
@@ -343,32 +362,24 @@ export class ProtobufSpans implements SpanEncoder {
       view = w.view;
       p = w.pos;
     }
-    if ((span.p0 | span.p1) !== 0) {
+    if ((p0 | p1) !== 0) {
       buf[p] = SPAN_PARENT;
       buf[p + 1] = 8;
-      view.setInt32(p + 2, span.p0);
-      view.setInt32(p + 6, span.p1);
+      view.setInt32(p + 2, p0);
+      view.setInt32(p + 6, p1);
       p += 10;
     }
     buf[p] = SPAN_START;
-    this.clock.write(view, p + 1, span.start);
+    this.clock.write(view, p + 1, startMs);
     buf[p + 9] = SPAN_END;
     this.clock.write(view, p + 10, endMs);
     buf[p + 18] = (SPAN_FLAGS & 0x7f) | 0x80;
     buf[p + 19] = SPAN_FLAGS >>> 7;
-    view.setUint32(p + 20, 1 | FLAGS_HAS_IS_REMOTE | (span.remoteParent ? FLAGS_IS_REMOTE : 0), true);
+    view.setUint32(p + 20, 1 | FLAGS_HAS_IS_REMOTE | (remote ? FLAGS_IS_REMOTE : 0), true);
     p += 24;
     // The name and kind (fields 5 and 6: protobuf's fields may come in any order), with the head's attributes.
     copyRun(buf, named, p);
     w.pos = p + named.length;
-    const attrs = span.attrs;
-    if (attrs === null) return;
-    // A child span's attributes: claim outcomes, probe results, methods (small sets: reused encodings) and numbers.
-    for (let i = 0; i < attrs.length; i += 2) {
-      const v = attrs[i + 1]!;
-      if (typeof v === 'number') this.attr(attrs[i] as string, v);
-      else this.attrOf(attrs[i] as string, v);
-    }
   }
 
   attr(key: string, value: AttributeValue): void {

@@ -51,6 +51,16 @@ export class Recorder implements SpanSink {
     return this.encoder;
   }
 
+  /** The same for a child of `parent` that has ended, with no TraceSpan of its own (SpanEncoder.openChild). */
+  openChild(parent: TraceSpan, s0: number, s1: number, startMs: number, endMs: number, head: CompiledHead): SpanEncoder | null {
+    if (this.queued >= this.opts.maxQueue) {
+      this.opts.onLoss(1, 'queue_full', 'the span queue is full');
+      return null;
+    }
+    this.encoder.openChild(parent, s0, s1, startMs, endMs, head);
+    return this.encoder;
+  }
+
   close(): void {
     this.encoder.close();
     this.queued += 1;

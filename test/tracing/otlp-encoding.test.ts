@@ -31,6 +31,8 @@ interface Case {
   fixed?: Array<[string, string | boolean]>;
   link?: SpanRef;
   error?: string;
+  /** Written with openChild() as this span's child, with no TraceSpan of its own (a store round trip's span): `span` is what it must read as. */
+  parent?: TraceSpan;
 }
 
 const hexId = (words: number[]): string => words.map((w) => (w >>> 0).toString(16).padStart(8, '0')).join('');
@@ -47,6 +49,8 @@ function cases(): Case[] {
   const release = new TraceSpan({ record: () => {} }, ...t, 13, 14, server.s0, server.s1, false, null, 'release', CLIENT, 1250.5);
   const replayed = new TraceSpan({ record: () => {} }, 1, 2, 3, 4, 5, 6, 0, 0, false, null, 'POST orders', SERVER, 1999.25);
   const link: SpanRef = { traceId: '0123456789abcdeffedcba9876543210', spanId: '00000000000000a1', sampled: true, traceState: null };
+  const storeClaim = new TraceSpan({ record: () => {} }, ...t, 0x0badf00d, -0x21524111, server.s0, server.s1, false, client.traceState, 'claim', CLIENT, 1236.75);
+  const storeCommit = new TraceSpan({ record: () => {} }, root.t0, root.t1, root.t2, root.t3, 21, -22, root.s0, root.s1, false, null, 'commit', CLIENT, 0.003);
   return [
     {
       span: server, endMs: 1260.000999,
@@ -65,12 +69,17 @@ function cases(): Case[] {
     // Spans without a head, which open() writes with one byte kept for their length: over 127 bytes, over 16 KiB.
     { span: commit, endMs: 1250.25, attrs: [['http.response.status_code', 503]], error: 'the store refused: '.repeat(8) },
     { span: release, endMs: 1251, attrs: [], error: 'ü'.repeat(9_000) },
+    // Store round trips' spans written with openChild(): a claim's with its outcome, under the client's trace
+    // state; a failed commit's without one, under a root span.
+    { span: storeClaim, parent: server, endMs: 1237.25, attrs: [], fixed: [['idempotency.claim', 'complete']] },
+    { span: storeCommit, parent: root, endMs: 0.0035, attrs: [], fixed: [], error: 'the store refused' },
   ];
 }
 
 function write(enc: SpanEncoder, list: Case[]): Uint8Array {
   for (const c of list) {
-    enc.open(c.span, c.endMs, c.fixed === undefined ? null : enc.compileHead(c.span.name, c.span.kind, c.fixed));
+    if (c.parent !== undefined) enc.openChild(c.parent, c.span.s0, c.span.s1, c.span.start, c.endMs, enc.compileHead(c.span.name, c.span.kind, c.fixed ?? []));
+    else enc.open(c.span, c.endMs, c.fixed === undefined ? null : enc.compileHead(c.span.name, c.span.kind, c.fixed));
     for (const [k, v] of c.attrs) enc.attr(k, v);
     if (c.link !== undefined) enc.link(linkOf(c.link), 'idempotency.link', 'replay_of');
     if (c.error !== undefined) enc.error(c.error);
@@ -168,9 +177,9 @@ describe('OTLP encoding: the recorder against OpenTelemetry’s serializers', ()
     const a = decode(ours, REQUEST);
     const b = decode(theirs, REQUEST);
     assert.deepEqual(a, b);
-    // What the comparison covers: seven spans, two over 16 KiB, three links, four error statuses.
+    // What the comparison covers: nine spans (two written as a parent's child), two over 16 KiB, three links, five error statuses.
     const spans = ((a[1]![0] as Tree)[2]![0] as Tree)[2]!;
-    assert.equal(spans.length, 7);
+    assert.equal(spans.length, 9);
     assert.ok(ours.length > 16_384 + 1000, `the request holds the 16 KiB span (${ours.length} bytes)`);
   });
 

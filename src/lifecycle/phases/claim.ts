@@ -5,7 +5,7 @@ import type { ClaimOutcome, ClaimRequest } from '../../store/records.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
 import { endChild } from '../../tracing/spans.js';
-import { CLIENT, INTERNAL } from '../../tracing/span.js';
+import { INTERNAL } from '../../tracing/span.js';
 import { KeyHold } from '../hold.js';
 import { waiterId } from '../waiters.js';
 import { NEXT, problem, type Phase, type ProblemVerdict, type Verdict } from '../verdict.js';
@@ -42,8 +42,9 @@ export const claimPhase: Phase = {
     try {
       outcome = await deps.store.claim(req);
     } catch (err) {
-      if (ctx.span !== null) endChild(deps.tracing!.child(ctx, 'claim', CLIENT, t0), err);
-      ctx.storeMs += performance.now() - t0;
+      const failedAt = performance.now();
+      if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'claim', t0, failedAt, null, err);
+      ctx.storeMs += failedAt - t0;
       deps.metrics.storeErrors.inc({ op: 'claim' });
       if (!(err instanceof StoreUnavailableError)) throw err;
       deps.storeHealth.down();
@@ -52,11 +53,7 @@ export const claimPhase: Phase = {
     deps.storeHealth.up();
     const t1 = performance.now();
     const ms = t1 - t0;
-    if (ctx.span !== null) {
-      const span = deps.tracing!.child(ctx, 'claim', CLIENT, t0);
-      span.setAttribute('idempotency.claim', outcome.kind);
-      endChild(span, undefined, t1);
-    }
+    if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'claim', t0, t1, outcome.kind);
     ctx.storeMs += ms;
     deps.metrics.storeDuration.labels('claim').observe(ms / 1000);
     if (outcome.kind === 'in_flight' && policy.onInFlight === 'wait' && plan.strategy.waits) {

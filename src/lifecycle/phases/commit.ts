@@ -3,8 +3,6 @@ import { Problems, problemRecord, upstreamProblem } from '../../http/problems.js
 import type { Recording } from '../../proxy/record-handler.js';
 import { asReference } from '../../proxy/reference.js';
 import type { StoredResponse } from '../../store/records.js';
-import { CLIENT } from '../../tracing/span.js';
-import { endChild } from '../../tracing/spans.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
 import { DONE, problem, type Phase, type Verdict } from '../verdict.js';
@@ -106,8 +104,9 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
       deps.metrics.storeErrors.inc({ op: 'commit' });
       const outage = err instanceof StoreUnavailableError;
       if (!outage || performance.now() >= giveUpAt) {
-        if (ctx.span !== null) endChild(deps.tracing!.child(ctx, 'commit', CLIENT, t0), err);
-        ctx.storeMs += performance.now() - t0;
+        const failedAt = performance.now();
+        if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'commit', t0, failedAt, null, err);
+        ctx.storeMs += failedAt - t0;
         deps.logger.error({ requestId: ctx.requestId, err: (err as Error).message }, 'commit failed; the client gets no complete response');
         return { kind: 'cut', outcome: outage ? 'store_error' : 'internal_error', detail: `record could not be committed: ${(err as Error).message}` };
       }
@@ -115,7 +114,7 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
     }
   }
   const t1 = performance.now();
-  if (ctx.span !== null) endChild(deps.tracing!.child(ctx, 'commit', CLIENT, t0), undefined, t1);
+  if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'commit', t0, t1, null);
   const ms = t1 - t0;
   ctx.storeMs += ms;
   deps.metrics.storeDuration.labels('commit').observe(ms / 1000);
@@ -140,10 +139,10 @@ export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise
   const t0 = performance.now();
   try {
     await deps.store.release(claim.tenantId, claim.key, claim.ownerToken);
-    if (ctx.span !== null) endChild(deps.tracing!.child(ctx, 'release', CLIENT, t0));
+    if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'release', t0, performance.now(), null);
     deps.cache?.forget(claim.tenantId, claim.key);
   } catch (err) {
-    if (ctx.span !== null) endChild(deps.tracing!.child(ctx, 'release', CLIENT, t0), err);
+    if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'release', t0, performance.now(), null, err);
     deps.metrics.storeErrors.inc({ op: 'release' });
     deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release failed; key stays claimed until its lease ends');
   } finally {
