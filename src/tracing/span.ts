@@ -48,8 +48,8 @@ export class TraceSpan {
   attrs: AttributeValue[] | null = null;
   /** The status message of a failed span; null: status unset. */
   error: string | null = null;
-  /** The execution a replay links to. */
-  link: SpanLink | null = null;
+  /** A replay's: the traceparent its record kept of the execution it replays, which its span links to (read when it ends). */
+  linked: string | null = null;
   private tp: string | null = null;
 
   constructor(
@@ -131,6 +131,8 @@ for (let i = 0; i < 16; i++) {
  */
 const TRACEPARENT_BYTES = Buffer.allocUnsafeSlow(64);
 const LINK_WORDS = new Int32Array(6);
+/** What ownTraceparent() returns, written over by each call: read at once (a replay's span is encoded as soon as the link is read). */
+const LINK: { -readonly [K in keyof SpanLink]: SpanLink[K] } = { t0: 0, t1: 0, t2: 0, t3: 0, s0: 0, s1: 0, sampled: false, traceState: null };
 
 /**
  * Buffer#latin1Write, called through a constant: what Buffer#write(…, 'latin1') calls once it has checked its
@@ -144,6 +146,7 @@ const latin1Write = (Buffer.prototype as unknown as { latin1Write: (this: Buffer
 /**
  * What TraceSpan.traceparent() writes — `00-<32 hex>-<16 hex>-0<0|1>`, lower-case, ids not all zero — read
  * straight into words: the link of a replay to the execution whose record kept it. null for anything else.
+ * The link returned is one object for the process, written over by the next call: encode it before then.
  * A character beyond Latin-1 is read as its low byte (its Latin-1 write): such a value can only come from a
  * record damaged in the database, and is read as damaged digits would be (a link to another span, never a
  * malformed one).
@@ -175,5 +178,13 @@ export function ownTraceparent(tp: string): SpanLink | null {
   if (bad < 0) return null;
   const t0 = words[0]!, t1 = words[1]!, t2 = words[2]!, t3 = words[3]!, s0 = words[4]!, s1 = words[5]!;
   if ((t0 | t1 | t2 | t3) === 0 || (s0 | s1) === 0) return null;
-  return { t0, t1, t2, t3, s0, s1, sampled: flag === 49, traceState: null };
+  const link = LINK;
+  link.t0 = t0;
+  link.t1 = t1;
+  link.t2 = t2;
+  link.t3 = t3;
+  link.s0 = s0;
+  link.s1 = s1;
+  link.sampled = flag === 49;
+  return link;
 }

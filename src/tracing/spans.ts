@@ -7,7 +7,7 @@ import type { CompiledHead, CompiledKey, SpanEncoder } from './encoder.js';
 import type { IdPool } from './ids.js';
 import type { Recorder } from './recorder.js';
 import type { Sampler } from './sampler.js';
-import { CLIENT, linkOf, ownTraceparent, SERVER, TraceSpan, word, type AttributeValue, type SpanRef } from './span.js';
+import { CLIENT, linkOf, ownTraceparent, SERVER, TraceSpan, word, type AttributeValue, type SpanLink, type SpanRef } from './span.js';
 
 // The request's spans (docs/operations.md, Tracing). Loaded with the rest of
 // src/tracing/ only when tracing is on: with tracing off the lifecycle holds
@@ -234,14 +234,16 @@ export class RequestTracing {
   linkReplay(ctx: RequestContext, rec: StoredResponse): void {
     const span = ctx.span!;
     if (!span.sampled) return;
-    const tp = rec.trace ?? reservedEntry(rec.headers, TRACE_RECORD_HEADER);
-    if (tp === null) return;
-    let link = ownTraceparent(tp);
-    if (link === null) {
-      const ref = this.read(tp, undefined);
-      if (ref !== null) link = linkOf(ref);
-    }
-    span.link = link;
+    // Kept as the stored text and read at the span's end (linkOfReplay): no link object made and kept meanwhile.
+    span.linked = rec.trace ?? reservedEntry(rec.headers, TRACE_RECORD_HEADER);
+  }
+
+  /** The link of a replay's span, from the traceparent linkReplay() kept; null when it is not a valid one. */
+  private linkOfReplay(tp: string): SpanLink | null {
+    const own = ownTraceparent(tp);
+    if (own !== null) return own;
+    const ref = this.read(tp, undefined);
+    return ref === null ? null : linkOf(ref);
   }
 
   /** Ends the server span with what the request's log line says: route, outcome, phase, hashed key, replayed. */
@@ -258,7 +260,10 @@ export class RequestTracing {
     enc.attrAt(this.pathKey, ctx.path);
     if (ctx.key !== null) enc.attrAt(this.keyHashKey, ctx.hashedKey());
     if (ctx.source !== null) enc.attrAt(this.sourceKey, ctx.source);
-    if (span.link !== null) enc.link(span.link, 'idempotency.link', 'replay_of');
+    if (span.linked !== null) {
+      const link = this.linkOfReplay(span.linked);
+      if (link !== null) enc.link(link, 'idempotency.link', 'replay_of');
+    }
     if (ctx.source !== null) enc.error(ctx.detail ?? ctx.outcome);
     this.recorder.close();
   }

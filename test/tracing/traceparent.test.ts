@@ -32,7 +32,7 @@ describe('traceparent: written from words, read back into words', () => {
 
   test('our own traceparent reads back into the same words and flag', () => {
     for (const sampled of [true, false]) {
-      const link = ownTraceparent(span(sampled).traceparent());
+      const link = { ...ownTraceparent(span(sampled).traceparent()) };
       assert.deepEqual(link, { t0: T[0], t1: T[1], t2: T[2], t3: T[3], s0: S[0], s1: S[1], sampled, traceState: null });
     }
   });
