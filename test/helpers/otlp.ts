@@ -15,6 +15,8 @@ export interface OtlpSpan {
   attributes?: OtlpAttribute[];
   links?: Array<{ traceId: string; spanId: string }>;
   events?: Array<{ name: string; attributes?: OtlpAttribute[] }>;
+  /** code 2: error, with its message. */
+  status?: { code?: number; message?: string };
 }
 
 export interface Receiver {
@@ -166,6 +168,16 @@ function decodeSpan(buf: Buffer): OtlpSpan {
           else if (l.no === 2) link.spanId = l.bytes.toString('hex');
         }
         span.links!.push(link);
+        break;
+      }
+      case 15: {
+        // Status: message 2, code 3.
+        const status: { code?: number; message?: string } = {};
+        for (const st of fields(f.bytes)) {
+          if (st.no === 2) status.message = st.bytes.toString('utf8');
+          else if (st.no === 3) status.code = Number(st.int);
+        }
+        span.status = status;
         break;
       }
       default:

@@ -1,6 +1,7 @@
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import pg from 'pg';
 import { once } from 'node:events';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -128,6 +129,44 @@ describe('tracing on: spans exported over OTLP/HTTP', () => {
     const upstreamCall = spans.find((s) => s.name === 'upstream')!;
     assert.ok(BigInt(upstreamCall.endTimeUnixNano) <= BigInt(release.startTimeUnixNano), 'the release comes after the upstream call');
     assert.ok(durationNs(release) > 0n, 'the release span covers its round trip');
+  });
+
+  test('a claim the store does not answer in time: the claim span carries the error, a child of the server span', async () => {
+    const proxy = await startTestProxy({
+      upstream: upstream.url, databaseUrl: db.url,
+      yaml: `store: { timeout: 300ms }\ntracing: { endpoint: ${JSON.stringify(receiver.url)}, serviceName: proxy-under-test }\n`,
+    });
+    const trace = '55555555555555555555555555555555';
+    // This test's own database: its table locked by a transaction of the test's, so the claim waits past store.timeout.
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    let res;
+    try {
+      await holder.query('BEGIN');
+      await holder.query('LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE');
+      res = await send(`${proxy.url}/orders`, {
+        headers: { 'idempotency-key': `unanswered-${Date.now()}`, 'content-type': 'application/json', traceparent: `00-${trace}-6666666666666666-01` },
+        body: '{"amount":1}',
+      });
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      await holder.end();
+      await proxy.close();
+    }
+    assert.equal(res.status, 503, 'the store did not answer: nothing forwarded');
+    assert.equal(upstream.received.filter((r) => String(r.headers.traceparent ?? '').includes(trace)).length, 0, 'nothing reached the upstream');
+    const spans = receiver.spans.filter((s) => s.traceId === trace);
+    const server = spans.find((s) => s.kind === 2);
+    assert.ok(server, `a server span (got ${spans.map((s) => s.name).join(', ')})`);
+    const claims = spans.filter((s) => s.name === 'claim');
+    assert.equal(claims.length, 1, `one claim span (got ${spans.map((s) => s.name).join(', ')})`);
+    const claim = claims[0]!;
+    assert.equal(claim.parentSpanId, server.spanId);
+    assert.equal(claim.kind, 3, 'a client span');
+    assert.equal(claim.status?.code, 2, `an error status (got ${JSON.stringify(claim.status)})`);
+    assert.ok((claim.status?.message ?? '').length > 0, 'with the store error\'s message');
+    assert.equal(attr(claim, 'idempotency.claim'), undefined, 'no claim outcome: the claim got no answer');
+    assert.ok(durationNs(claim) >= 250_000_000n, `the span covers the wait (${durationNs(claim)} ns)`);
   });
 });
 
