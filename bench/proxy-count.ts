@@ -154,13 +154,14 @@ function newestDump(pid: number, n: number): { main: Map<string, number>; all: M
   return { main: events(mainThread, n), all };
 }
 
+/** The byte counts a scavenge's --trace-gc-nvp line carries, and how to read each. */
+const BYTE_FIELDS = (['allocated', 'new_space_survived', 'promoted'] as const).map((f) => [f, new RegExp(` ${f}=(\\d+)`)] as const);
+
 /**
  * What --trace-gc-nvp logged in `text` (the proxy's log between two readings of its length), a replay: each
  * collection's line carries its kind (gc=s: a scavenge), its pause in ms and, for a scavenge, its bytes (a full
  * collection's byte counts are of the whole heap: only its pause and its number are taken).
  */
-const BYTE_FIELDS = (['allocated', 'new_space_survived', 'promoted'] as const).map((f) => [f, new RegExp(` ${f}=(\\d+)`)] as const);
-
 function collections(text: string, n: number): string {
   let scavenges = 0;
   let full = 0;
