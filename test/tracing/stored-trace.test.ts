@@ -12,11 +12,12 @@ import { tempDir, type TempDir } from '../helpers/tmp.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { cliInProcess } from '../ops/support.js';
 
-// docs/operations.md, Tracing: a traced execution's record keeps its trace
-// context in a column of its own (migration 8); records stored before it keep
-// it as a reserved entry among their headers, and still link. keys show and
-// the admin API show the response's own headers without any reserved
-// (idempotency-proxy-*) entry, and the stored trace context as its own field.
+// docs/operations.md, Tracing: a sampled execution's record keeps its trace
+// context in a column of its own (migration 8), an unsampled one's none;
+// records stored before migration 8 keep it as a reserved entry among their
+// headers, and still link. keys show and the admin API show the response's
+// own headers without any reserved (idempotency-proxy-*) entry, and the
+// stored trace context as its own field.
 
 const TOKEN = 'trace-admin-token';
 const TRACE = 'e'.repeat(32);
@@ -72,6 +73,26 @@ describe('the stored trace context in keys show and the admin API', () => {
     const rec = JSON.parse(cli.stdout) as { responseHeaders: Array<[string, string]>; trace: string };
     assert.ok(!JSON.stringify(rec.responseHeaders).includes('idempotency-proxy-'), cli.stdout);
     assert.equal(rec.trace, view.trace);
+  });
+
+  test('an unsampled execution keeps no trace context: the upstream still gets its traceparent, the record none, a sampled replay no link', async () => {
+    // The client's parent says "not sampled": the proxy follows it (parent-based), records no span and stores none.
+    const unsampled = 'a'.repeat(32);
+    const body = { headers: { 'idempotency-key': 'unsampled-3', 'content-type': 'application/json', traceparent: `00-${unsampled}-${'8'.repeat(16)}-00` }, body: '{}' };
+    const before = upstream.received.length;
+    assert.equal((await send(`${proxy.url}/pay/3`, body)).status, 201);
+    const forwarded = upstream.received.slice(before).find((r) => r.url === '/pay/3');
+    assert.match(String(forwarded?.headers.traceparent), new RegExp(`^00-${unsampled}-[0-9a-f]{16}-00$`), 'the upstream gets the unsampled trace context');
+    const [row] = await sql<{ trace_context: string | null }>(db.url, 'SELECT trace_context FROM idempotency_keys WHERE idem_key = $1', ['unsampled-3']);
+    assert.equal(row!.trace_context, null, 'the record keeps no trace context of an unsampled execution');
+    assert.equal(((await admin('/admin/keys/t1/unsampled-3')).json() as { trace: string | null }).trace, null);
+    // A sampled retry replays it; its span has no link (nothing was recorded to link to).
+    const replayTrace = '9'.repeat(32);
+    const replay = await send(`${proxy.url}/pay/3`, { ...body, headers: { ...body.headers, traceparent: `00-${replayTrace}-${'7'.repeat(16)}-01` } });
+    assert.equal(replay.headers['idempotent-replayed'], 'true');
+    const span = await waitFor('the replay span', () => receiver.spans.find((s) => s.traceId === replayTrace && s.kind === 2), 10_000);
+    assert.deepEqual(span.links ?? [], []);
+    assert.equal(receiver.spans.some((s) => s.traceId === unsampled), false, 'nothing of the unsampled execution was exported');
   });
 
   test('a record stored before migration 8 (its trace context a reserved entry): every idempotency-proxy-* entry hidden, the entry shown as `trace`, a replay links to it', async () => {

@@ -92,8 +92,9 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
   const claim = ctx.claim!;
   const t0 = performance.now();
   const giveUpAt = t0 + Math.max(claim.leaseMs, COMMIT_PATIENCE_MIN_MS);
-  // Traced: the record keeps this execution's trace context, for its replays' links. The commit's span is made
-  // when the round trip has ended, from its clock readings (as the claim's, src/lifecycle/phases/claim.ts).
+  // Traced and sampled: the record keeps this execution's trace context, for its replays' links (withTrace).
+  // The commit's span is made when the round trip has ended, from its clock readings (as the claim's,
+  // src/lifecycle/phases/claim.ts).
   const stored = ctx.span === null ? rec : deps.tracing!.withTrace(ctx, rec);
   let outcome;
   for (let i = 0; ; i++) {
