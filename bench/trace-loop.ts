@@ -5,7 +5,7 @@
 // the pairs' noise (bench/README.md, Method: counting instructions), not a
 // row of the benchmark and no target of its own.
 //
-//   node dist/bench/trace-loop.js [--shape replay|newkey] [--n 100000] [--rounds 6]
+//   node dist/bench/trace-loop.js [--shape replay|newkey] [--ratio 1] [--n 100000] [--rounds 6]
 //     → nanoseconds a request per round (wall clock, noisy)
 //   valgrind --tool=callgrind --instr-atstart=no --smc-check=all-non-file \
 //     node --perf-basic-prof dist/bench/trace-loop.js --callgrind
@@ -31,6 +31,8 @@ import { endChild, RequestTracing } from '../src/tracing/spans.js';
 const { values: args } = parseArgs({
   options: {
     shape: { type: 'string', default: 'replay' },
+    // The sampler's ratio (tracing.sampleRatio): 0 counts what an unsampled request costs tracing.
+    ratio: { type: 'string', default: '1' },
     n: { type: 'string', default: '100000' },
     rounds: { type: 'string', default: '6' },
     callgrind: { type: 'boolean', default: false },
@@ -40,6 +42,8 @@ const shape = args.shape;
 if (shape !== 'replay' && shape !== 'newkey') throw new Error(`--shape ${shape}: replay or newkey`);
 const N = Number(args.n);
 const ROUNDS = Number(args.rounds);
+const RATIO = Number(args.ratio);
+if (!(RATIO >= 0 && RATIO <= 1)) throw new Error(`--ratio ${args.ratio}: a number from 0 to 1`);
 if (!Number.isInteger(N) || N < 1000 || N % 1000 !== 0) throw new Error(`--n ${args.n}: a multiple of 1000`);
 if (!Number.isInteger(ROUNDS) || ROUNDS < 3) throw new Error(`--rounds ${args.rounds}: 3 or more`);
 
@@ -53,7 +57,7 @@ const recorder = new Recorder(encoder, {
   },
   shutdown: () => Promise.resolve(),
 }, { maxQueue: 16_384, maxBatch: 4_096, delayMs: 5_000, concurrency: 4, onLoss: (spans) => void (lost += spans) });
-const tracing = new RequestTracing(recorder, samplerFrom(1, {}), new IdPool(), () => null);
+const tracing = new RequestTracing(recorder, samplerFrom(RATIO, {}), new IdPool(), () => null);
 
 // A thousand records, each with the trace context a traced execution stores, as flat strings (as node-postgres
 // reads them), and a thousand key hashes.
