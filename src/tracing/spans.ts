@@ -216,10 +216,9 @@ export class RequestTracing {
   /**
    * The record to store: with the traceparent of this execution's span as its trace context when the execution
    * is sampled, for its replays' links; unchanged when it is not. An unsampled execution's span is never
-   * exported, so a link to it would lead nowhere, and every replay reads back what its record keeps: a stored
-   * context cost each replay of the record about 2 % of its CPU, whether that replay was sampled or not
-   * (docs/tracing-cost.md, 2026-12-05). A record kept none of an unsampled execution's, so with a fraction of
-   * requests sampled most replays read none.
+   * exported, so a link to it would lead nowhere, and every replay reads back what its record keeps, sampled or
+   * not (0.5–2 % of a replay's CPU, docs/tracing-cost.md, 2026-12-05): with a fraction of requests sampled,
+   * most records keep none and most replays read none.
    */
   withTrace(ctx: RequestContext, rec: StoredResponse): StoredResponse {
     if (!ctx.span!.sampled) return rec;

@@ -79,9 +79,9 @@ describe('the stored trace context in keys show and the admin API', () => {
     // The client's parent says "not sampled": the proxy follows it (parent-based), records no span and stores none.
     const unsampled = 'a'.repeat(32);
     const body = { headers: { 'idempotency-key': 'unsampled-3', 'content-type': 'application/json', traceparent: `00-${unsampled}-${'8'.repeat(16)}-00` }, body: '{}' };
-    const before = upstream.received.length;
+    const seen = upstream.received.length;
     assert.equal((await send(`${proxy.url}/pay/3`, body)).status, 201);
-    const forwarded = upstream.received.slice(before).find((r) => r.url === '/pay/3');
+    const forwarded = upstream.received.slice(seen).find((r) => r.url === '/pay/3');
     assert.match(String(forwarded?.headers.traceparent), new RegExp(`^00-${unsampled}-[0-9a-f]{16}-00$`), 'the upstream gets the unsampled trace context');
     const [row] = await sql<{ trace_context: string | null }>(db.url, 'SELECT trace_context FROM idempotency_keys WHERE idem_key = $1', ['unsampled-3']);
     assert.equal(row!.trace_context, null, 'the record keeps no trace context of an unsampled execution');

@@ -61,7 +61,8 @@ function decide(deps: LifecycleDeps, ctx: RequestContext, result: ProbeResult): 
 async function found(deps: LifecycleDeps, ctx: RequestContext, response: StoredResponse): Promise<Verdict> {
   const claim = ctx.claim!;
   const t0 = performance.now();
-  // Traced: a commit span, and (sampled) the record keeps this request's trace context: its replays link to where it was recorded.
+  // Traced: a commit span, and (sampled) the record keeps this request's trace context: its replays link to
+  // where it was recorded.
   const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'commit');
   const stored = span === null ? response : deps.tracing!.withTrace(ctx, response);
   let outcome;
