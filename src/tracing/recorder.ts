@@ -43,22 +43,23 @@ export class Recorder implements SpanSink {
    * `head`: the span's name, kind and small-set attributes, compiled by the encoder (SpanEncoder.compileHead).
    */
   open(span: TraceSpan, endMs: number, head: CompiledHead | null = null): SpanEncoder | null {
-    if (this.queued >= this.opts.maxQueue) {
-      this.opts.onLoss(1, 'queue_full', 'the span queue is full');
-      return null;
-    }
+    if (this.full()) return null;
     this.encoder.open(span, endMs, head);
     return this.encoder;
   }
 
   /** The same for a child of `parent` that has ended, with no TraceSpan of its own (SpanEncoder.openChild). */
   openChild(parent: TraceSpan, s0: number, s1: number, startMs: number, endMs: number, head: CompiledHead): SpanEncoder | null {
-    if (this.queued >= this.opts.maxQueue) {
-      this.opts.onLoss(1, 'queue_full', 'the span queue is full');
-      return null;
-    }
+    if (this.full()) return null;
     this.encoder.openChild(parent, s0, s1, startMs, endMs, head);
     return this.encoder;
+  }
+
+  /** Whether the queue holds maxQueue spans: the span about to be written is dropped, and counted. */
+  private full(): boolean {
+    if (this.queued < this.opts.maxQueue) return false;
+    this.opts.onLoss(1, 'queue_full', 'the span queue is full');
+    return true;
   }
 
   close(): void {

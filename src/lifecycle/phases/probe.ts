@@ -61,24 +61,25 @@ function decide(deps: LifecycleDeps, ctx: RequestContext, result: ProbeResult): 
 async function found(deps: LifecycleDeps, ctx: RequestContext, response: StoredResponse): Promise<Verdict> {
   const claim = ctx.claim!;
   const t0 = performance.now();
-  // Traced: a commit span, and (sampled) the record keeps this request's trace context: its replays link to
-  // where it was recorded.
-  const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'commit');
-  const stored = span === null ? response : deps.tracing!.withTrace(ctx, response);
+  // Traced: (sampled) the record keeps this request's trace context, so its replays link to where it was
+  // recorded; the commit's span is made when the round trip has ended, as the commit phase's is.
+  const stored = ctx.span === null ? response : deps.tracing!.withTrace(ctx, response);
   let outcome;
   try {
     outcome = await deps.store.commit({ tenantId: claim.tenantId, key: claim.key, ownerToken: claim.ownerToken, response: stored });
-    if (span !== null) endChild(span);
   } catch (err) {
-    if (span !== null) endChild(span, err);
-    ctx.storeMs += performance.now() - t0;
+    const failedAt = performance.now();
+    if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'commit', t0, failedAt, null, err);
+    ctx.storeMs += failedAt - t0;
     deps.metrics.storeErrors.inc({ op: 'commit' });
     if (!(err instanceof StoreUnavailableError)) throw err;
     // Nothing stored: the key stays claimed until its lease ends, and the retry after it asks again.
     return problem(Problems.storeUnavailable, 'the idempotency key store cannot be reached; retry with the same key', 'store_error',
       { logDetail: `the outcome probe found the operation, its answer could not be recorded: ${err.message}`, retryAfterS: deps.storeHealth.retryAfterS() });
   }
-  ctx.storeMs += performance.now() - t0;
+  const t1 = performance.now();
+  if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'commit', t0, t1, null);
+  ctx.storeMs += t1 - t0;
   if (!outcome.committed) {
     // The lease was taken over while the probe ran: the key is someone else's now.
     deps.metrics.leaseLost.inc({ route: claim.route });
