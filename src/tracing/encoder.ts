@@ -31,6 +31,13 @@ export interface SpanEncoder {
   /** The same as attr(), for a name key() encoded. */
   attrAt(key: CompiledKey, value: AttributeValue): void;
   /**
+   * An attribute of a name key() encoded and a value that repeats from span to span for a while (a route's path),
+   * encoded whole for attrCompiled().
+   */
+  compileAttr(key: CompiledKey, value: AttributeValue): CompiledAttr;
+  /** An attribute compileAttr() encoded. */
+  attrCompiled(attr: CompiledAttr): void;
+  /**
    * A span's name and kind with attributes whose values come from small sets (a method, a route name, an
    * outcome, a status code), encoded once for open()'s head.
    */
@@ -53,6 +60,11 @@ export interface CompiledHead {
 /** What an encoder's key() returns: an attribute name in its own encoding. */
 export interface CompiledKey {
   readonly key: true;
+}
+
+/** What an encoder's compileAttr() returns: a whole attribute in its own encoding. */
+export interface CompiledAttr {
+  readonly attr: true;
 }
 
 /** The resource and instrumentation scope every request carries. */

@@ -1,4 +1,4 @@
-import { Clock, type CompiledHead, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
+import { Clock, type CompiledAttr, type CompiledHead, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
 import { hex, type AttributeValue, type SpanLink, type TraceSpan } from './span.js';
 
 // OTLP/JSON (tracing.protocol: http/json): the same request as
@@ -81,6 +81,15 @@ export class JsonSpans implements SpanEncoder {
 
   attrAt(key: CompiledKey, value: AttributeValue): void {
     this.attr((key as CompiledKey & { name: string }).name, value);
+  }
+
+  compileAttr(key: CompiledKey, value: AttributeValue): CompiledAttr {
+    return { attr: true, json: keyValue((key as CompiledKey & { name: string }).name, value) } as CompiledAttr;
+  }
+
+  attrCompiled(attr: CompiledAttr): void {
+    const json = (attr as CompiledAttr & { json: string }).json;
+    this.attrText += (this.attrText === '' ? '' : ',') + json;
   }
 
   compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledHead {

@@ -1,4 +1,4 @@
-import { Clock, type CompiledHead, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
+import { Clock, type CompiledAttr, type CompiledHead, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
 import type { AttributeValue, SpanLink, TraceSpan } from './span.js';
 
 // OTLP/protobuf: the export request (ExportTraceServiceRequest, from
@@ -65,13 +65,6 @@ const FLAGS_IS_REMOTE = 0x200;
  */
 const copyInto = Uint8Array.prototype.set;
 
-/** `src` copied into `b` at `p` (room made): a short run by bytes, since TypedArray#set costs more than the copy (about 150 instructions a call). */
-function copyRun(b: Buffer, src: Buffer, p: number): void {
-  const n = src.length;
-  if (n <= 32) {
-    for (let i = 0; i < n; i++) b[p + i] = src[i]!;
-  } else copyInto.call(b, src, p);
-}
 
 const varintLength = (n: number): number => (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5);
 
@@ -141,7 +134,7 @@ class Wire {
     const n = src.length;
     this.room(n);
     const p = this.pos;
-    copyRun(this.buf, src, p);
+    copyInto.call(this.buf, src, p);
     this.pos = p + n;
   }
 
@@ -378,7 +371,7 @@ export class ProtobufSpans implements SpanEncoder {
     view.setUint32(p + 20, 1 | FLAGS_HAS_IS_REMOTE | (remote ? FLAGS_IS_REMOTE : 0), true);
     p += 24;
     // The name and kind (fields 5 and 6: protobuf's fields may come in any order), with the head's attributes.
-    copyRun(buf, named, p);
+    copyInto.call(buf, named, p);
     w.pos = p + named.length;
   }
 
@@ -396,6 +389,17 @@ export class ProtobufSpans implements SpanEncoder {
 
   attrAt(key: CompiledKey, value: AttributeValue): void {
     this.wire.keyValue(SPAN_ATTRIBUTE, key as unknown as Buffer, value);
+  }
+
+  compileAttr(key: CompiledKey, value: AttributeValue): CompiledAttr {
+    const k = key as unknown as Buffer;
+    const w = new Wire(k.length + 24 + (typeof value === 'string' ? value.length * 3 : 0));
+    w.keyValue(SPAN_ATTRIBUTE, k, value);
+    return Buffer.from(w.buf.subarray(0, w.pos)) as unknown as CompiledAttr;
+  }
+
+  attrCompiled(attr: CompiledAttr): void {
+    this.wire.bytes(attr as unknown as Buffer);
   }
 
   compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledHead {

@@ -3,7 +3,7 @@ import { performance } from 'node:perf_hooks';
 import { reservedEntry, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import type { RequestContext } from '../lifecycle/context.js';
-import type { CompiledHead, CompiledKey, SpanEncoder } from './encoder.js';
+import type { CompiledAttr, CompiledHead, CompiledKey, SpanEncoder } from './encoder.js';
 import type { IdPool } from './ids.js';
 import type { Recorder } from './recorder.js';
 import type { Sampler } from './sampler.js';
@@ -24,6 +24,10 @@ interface RouteShape {
   readonly route: string;
   /** Its heads, compiled, by outcome, phase and status code; null past the cache's bound (compiled per span). */
   readonly heads: Map<string, Map<string, Map<number, CompiledHead>>> | null;
+  /** The path its url.path attribute is compiled for (pathAttr), null for none yet; and the last path it saw. */
+  path: string | null;
+  pathAttr: CompiledAttr | null;
+  lastPath: string | null;
 }
 
 /**
@@ -50,7 +54,7 @@ class ServerSpanHeads {
     let shape = byRoute.get(route);
     if (shape === undefined) {
       const kept = byRoute.size < 1024;
-      shape = { name: `${method} ${route}`, method, route, heads: kept ? new Map() : null };
+      shape = { name: `${method} ${route}`, method, route, heads: kept ? new Map() : null, path: null, pathAttr: null, lastPath: null };
       if (kept) byRoute.set(route, shape);
     }
     this.lastRoute = shape;
@@ -264,7 +268,7 @@ export class RequestTracing {
     // It ends when the request's metrics and log line say it did (src/lifecycle/finish.ts, which runs first).
     const enc = this.recorder.open(span, ctx.durationMs < 0 ? performance.now() : ctx.start + ctx.durationMs, head);
     if (enc === null) return;
-    enc.attrAt(this.pathKey, ctx.path);
+    this.writePath(enc, shape, ctx.path);
     if (ctx.key !== null) enc.attrAt(this.keyHashKey, ctx.hashedKey());
     if (ctx.source !== null) enc.attrAt(this.sourceKey, ctx.source);
     if (span.linked !== null) {
@@ -273,6 +277,25 @@ export class RequestTracing {
     }
     if (ctx.source !== null) enc.error(ctx.detail ?? ctx.outcome);
     this.recorder.close();
+  }
+
+  /**
+   * The server span's url.path. Most routes name one exact path, so a route's requests mostly repeat one: its
+   * attribute is compiled once and copied in whole (a path written as text costs some 40 instructions a
+   * character; docs/tracing-cost.md, 2026-12-05, late morning). A route whose paths vary (ids in them) has them
+   * written as text; a path seen on two requests of the route in a row becomes its compiled one.
+   */
+  private writePath(enc: SpanEncoder, shape: RouteShape, path: string): void {
+    if (path === shape.path) {
+      enc.attrCompiled(shape.pathAttr!);
+      return;
+    }
+    enc.attrAt(this.pathKey, path);
+    if (path === shape.lastPath) {
+      shape.pathAttr = enc.compileAttr(this.pathKey, path);
+      shape.path = path;
+    }
+    shape.lastPath = path;
   }
 }
 

@@ -29,6 +29,8 @@ interface Case {
   attrs: Array<[string, AttributeValue]>;
   /** Attributes of small sets, written compiled with the span's name and kind (SpanEncoder.compileHead) before the others. */
   fixed?: Array<[string, string | boolean]>;
+  /** Attributes written whole, as compileAttr() encoded them (SpanEncoder.attrCompiled), after the others. */
+  compiled?: Array<[string, AttributeValue]>;
   link?: SpanRef;
   error?: string;
   /** Written with openChild() as this span's child, with no TraceSpan of its own (a store round trip's span): `span` is what it must read as. */
@@ -63,9 +65,10 @@ function cases(): Case[] {
     // A span with a head under 128 bytes: its length's second byte given back.
     { span: root, endMs: 0.002, attrs: [], fixed: [['idempotency.first', false]] },
     { span: big, endMs: 100_000_000, attrs: [['url.path', `/${'é'.repeat(9_000)}`], ['error.source', 'upstream']], fixed: [['idempotency.route', 'rüte']], error: 'x'.repeat(300),
+      compiled: [['url.full', `/ü${'x'.repeat(150)}`], ['idempotency.count', 7]],
       link: { ...link, traceState: 'kept=1', sampled: false } },
     // A replay's server span with its head and a link not sampled.
-    { span: replayed, endMs: 2000.5, attrs: [['url.path', '/orders']], fixed: [['idempotency.outcome', 'replayed']], link: { ...link, sampled: false } },
+    { span: replayed, endMs: 2000.5, attrs: [['idempotency.note', 'x']], fixed: [['idempotency.outcome', 'replayed']], compiled: [['url.path', '/orders']], link: { ...link, sampled: false } },
     // Spans without a head, which open() writes with one byte kept for their length: over 127 bytes, over 16 KiB.
     { span: commit, endMs: 1250.25, attrs: [['http.response.status_code', 503]], error: 'the store refused: '.repeat(8) },
     { span: release, endMs: 1251, attrs: [], error: 'ü'.repeat(9_000) },
@@ -81,6 +84,7 @@ function write(enc: SpanEncoder, list: Case[]): Uint8Array {
     if (c.parent !== undefined) enc.openChild(c.parent, c.span.s0, c.span.s1, c.span.start, c.endMs, enc.compileHead(c.span.name, c.span.kind, c.fixed ?? []));
     else enc.open(c.span, c.endMs, c.fixed === undefined ? null : enc.compileHead(c.span.name, c.span.kind, c.fixed));
     for (const [k, v] of c.attrs) enc.attr(k, v);
+    for (const [k, v] of c.compiled ?? []) enc.attrCompiled(enc.compileAttr(enc.key(k), v));
     if (c.link !== undefined) enc.link(linkOf(c.link), 'idempotency.link', 'replay_of');
     if (c.error !== undefined) enc.error(c.error);
     enc.close();
@@ -106,6 +110,7 @@ function readable(list: Case[]): unknown[] {
     for (let i = 0; i < own.length; i += 2) attributes[own[i] as string] = own[i + 1]!;
     for (const [k, v] of c.fixed ?? []) attributes[k] = v;
     for (const [k, v] of c.attrs) attributes[k] = v;
+    for (const [k, v] of c.compiled ?? []) attributes[k] = v;
     const state = (v: string | null) => (v === null ? undefined : { serialize: () => v });
     return {
       name: s.name,

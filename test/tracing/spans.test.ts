@@ -213,6 +213,28 @@ describe('tracing on: the server span carries each response\'s own status code',
         [['executed', String(statuses[i])], ['replayed', String(statuses[i])]], `request ${i}: ${statuses[i]}`);
     }
   });
+
+  // The server span's url.path is compiled once per route while its requests repeat one path, written as text
+  // when it changes, and a path seen twice in a row becomes the compiled one (RequestTracing.writePath).
+  test('one route, paths that repeat and change: each server span carries its own request\'s url.path', async () => {
+    const proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: `tracing: { endpoint: ${JSON.stringify(receiver.url)} }\n` });
+    const statuses = [201, 201, 201, 202, 202, 201, 200, 200, 201, 202];
+    const run = `${Date.now()}`;
+    const traces = statuses.map((_, i) => (i + 0xa0).toString(16).repeat(16));
+    try {
+      for (let i = 0; i < statuses.length; i++) {
+        const r = await send(`${proxy.url}/status/${statuses[i]}`, {
+          headers: { 'idempotency-key': `path-${run}-${i}`, 'content-type': 'application/json', traceparent: `00-${traces[i]}-${'1'.repeat(16)}-01` },
+          body: '{}',
+        });
+        assert.equal(r.status, statuses[i]);
+      }
+    } finally {
+      await proxy.close();
+    }
+    const paths = traces.map((t) => receiver.spans.filter((s) => s.traceId === t && s.kind === 2).map((s) => attr(s, 'url.path')));
+    assert.deepEqual(paths, statuses.map((s) => [`/status/${s}`]));
+  });
 });
 
 // The trace context has a column of its own in PostgreSQL (migration 8); the Redis cache keeps it as the
