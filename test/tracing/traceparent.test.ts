@@ -30,6 +30,23 @@ describe('traceparent: written from words, read back into words', () => {
     assert.equal(span(false).traceparent().slice(-3), '-00');
   });
 
+  test('ids of every value: the traceparent is the hex of the words, flags 01 sampled, 00 not', () => {
+    const w = (): number => (Math.random() * 0x1_0000_0000) | 0;
+    for (let i = 0; i < 2000; i++) {
+      const ids = [w(), w(), w(), w(), w(), w()] as const;
+      const sampled = i % 2 === 0;
+      const tp = new TraceSpan(sampled ? sink : null, ...ids, 0, 0, false, null, 'x', 2, 0).traceparent();
+      assert.equal(tp, `00-${ids.slice(0, 4).map(hex).join('')}-${ids.slice(4).map(hex).join('')}-0${sampled ? 1 : 0}`);
+    }
+  });
+
+  test('Buffer#latin1Slice, which the writing calls directly, is there and reads what Buffer#toString does in Latin-1', () => {
+    const direct = (Buffer.prototype as unknown as Record<string, unknown>).latin1Slice;
+    assert.equal(typeof direct, 'function', `Node ${process.version} has no Buffer.prototype.latin1Slice: src/tracing/span.ts needs another way to make a traceparent`);
+    const b = Buffer.from([0x30, 0x2d, 0x61, 0xe9, 0xff, 0x00, 0x7a]);
+    assert.equal((direct as (this: Buffer, start: number, end: number) => string).call(b, 1, 6), b.toString('latin1', 1, 6));
+  });
+
   test('our own traceparent reads back into the same words and flag', () => {
     for (const sampled of [true, false]) {
       const link = { ...ownTraceparent(span(sampled).traceparent()) };
