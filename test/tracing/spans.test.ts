@@ -170,6 +170,83 @@ describe('tracing on: spans exported over OTLP/HTTP', () => {
   });
 });
 
+// A commit and a release the store refuses (SQL errors, not an outage: no retry) are spans of their request with
+// the error as their status, as a claim that got no answer is (above). The refusals are row triggers on this
+// test's own database.
+describe('tracing on: a commit and a release the store refuses', () => {
+  let db: TestDatabase;
+  let receiver: Receiver;
+  before(async () => {
+    db = await createTestDatabase();
+    receiver = await startReceiver();
+  });
+  after(async () => {
+    await receiver.close();
+    await db.drop();
+  });
+
+  const refuse = async (): Promise<void> => {
+    const c = new pg.Client({ connectionString: db.url });
+    await c.connect();
+    try {
+      await c.query(`CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test (%)', TG_OP; END $$`);
+      await c.query(`CREATE TRIGGER test_refuse_commit BEFORE UPDATE ON idempotency_keys FOR EACH ROW WHEN (NEW.state = 'complete') EXECUTE FUNCTION test_refuse()`);
+      await c.query('CREATE TRIGGER test_refuse_release BEFORE DELETE ON idempotency_keys FOR EACH ROW EXECUTE FUNCTION test_refuse()');
+    } finally {
+      await c.end();
+    }
+  };
+
+  const storeSpan = (trace: string, name: string) => {
+    const spans = receiver.spans.filter((s) => s.traceId === trace);
+    const server = spans.find((s) => s.kind === 2);
+    assert.ok(server, `a server span (got ${spans.map((s) => s.name).join(', ')})`);
+    const found = spans.filter((s) => s.name === name);
+    assert.equal(found.length, 1, `one ${name} span (got ${spans.map((s) => s.name).join(', ')})`);
+    assert.equal(found[0]!.parentSpanId, server.spanId, `the ${name} span is a child of the server span`);
+    assert.equal(found[0]!.kind, 3, 'a client span');
+    return found[0]!;
+  };
+
+  test('the commit span and the release span carry the store\'s error', async () => {
+    const upstream = await startUpstream(jsonResponder(201));
+    const closed = await startUpstream(jsonResponder(201));
+    const unreachable = closed.url;
+    await closed.close();
+    const yaml = `tracing: { endpoint: ${JSON.stringify(receiver.url)} }\n`;
+    const committing = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml });
+    const releasing = await startTestProxy({ upstream: unreachable, databaseUrl: db.url, yaml });
+    const commitTrace = '77777777777777777777777777777777';
+    const releaseTrace = '88888888888888888888888888888888';
+    let released;
+    try {
+      await refuse();
+      // The client gets no complete response when its record cannot be committed: how it ends is not this test's.
+      await send(`${committing.url}/orders`, {
+        headers: { 'idempotency-key': `refused-commit-${Date.now()}`, 'content-type': 'application/json', traceparent: `00-${commitTrace}-1111111111111111-01` },
+        body: '{"amount":1}',
+      }).catch(() => undefined);
+      released = await send(`${releasing.url}/orders`, {
+        headers: { 'idempotency-key': `refused-release-${Date.now()}`, 'content-type': 'application/json', traceparent: `00-${releaseTrace}-2222222222222222-01` },
+        body: '{"amount":1}',
+      });
+    } finally {
+      await committing.close();
+      await releasing.close();
+      await upstream.close();
+    }
+    assert.equal(upstream.received.length, 1, 'the first request reached the upstream');
+    assert.equal(released.status, 502, 'the second was not sent: the client is told so');
+    const commit = storeSpan(commitTrace, 'commit');
+    assert.equal(commit.status?.code, 2, `the commit span has an error status (got ${JSON.stringify(commit.status)})`);
+    assert.match(commit.status?.message ?? '', /refused by the test \(UPDATE\)/);
+    assert.ok(durationNs(commit) > 0n, 'the commit span covers its round trip');
+    const release = storeSpan(releaseTrace, 'release');
+    assert.equal(release.status?.code, 2, `the release span has an error status (got ${JSON.stringify(release.status)})`);
+    assert.match(release.status?.message ?? '', /refused by the test \(DELETE\)/);
+  });
+});
+
 // A server span's head (src/tracing/spans.ts) is compiled once per route, outcome, phase and status code:
 // requests that differ in their status alone, one right after the other, each carry their own.
 describe('tracing on: the server span carries each response\'s own status code', () => {
