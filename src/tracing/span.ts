@@ -105,8 +105,9 @@ export class TraceSpan {
 const DIGIT = Array.from('0123456789abcdef', (c) => c.charCodeAt(0));
 
 /**
- * A 32-bit word as 8 lower-case hex digits. Made from character codes: Number#toString(16) takes about ten
- * times as long (V8 converts through its general radix path), and a traceparent needs six of these.
+ * A 32-bit word as 8 lower-case hex digits (OTLP/JSON's ids). Made from character codes: Number#toString(16)
+ * takes about ten times as long (V8 converts through its general radix path). A traceparent is written by
+ * hexAt() below instead.
  */
 export function hex(w: number): string {
   return String.fromCharCode(
