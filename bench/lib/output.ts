@@ -29,6 +29,17 @@ function gitHead(dir: string): string {
   return r.status === 0 ? r.stdout.trim().slice(0, 60) : 'not a git checkout';
 }
 
+/**
+ * The build a checkout holds, for the raw results: its commit, marked when tracked files differ from it (runs
+ * of different builds are not pooled: bench/pairs-summary.ts); null outside a git checkout.
+ */
+function gitBuild(dir: string): string | null {
+  const head = spawnSync('git', ['-C', dir, 'rev-parse', '--short=12', 'HEAD'], { encoding: 'utf8' });
+  if (head.status !== 0) return null;
+  const changed = spawnSync('git', ['-C', dir, 'status', '--porcelain', '--untracked-files=no'], { encoding: 'utf8' });
+  return `${head.stdout.trim()}${changed.status === 0 && changed.stdout.trim() === '' ? '' : ' with uncommitted changes'}`;
+}
+
 export function headerText(ctx: BenchContext, facts: RunFacts): string {
   const { opts, pin } = ctx;
   const { settings, commitProbe } = facts;
@@ -67,6 +78,8 @@ export function writeResults(ctx: BenchContext, facts: RunFacts, body: Record<st
     command: facts.command,
     options: { ...opts, only: opts.only === null ? null : [...opts.only] },
     node: process.version,
+    build: gitBuild(ctx.projectRoot),
+    otherBuild: opts.other === null ? null : gitBuild(opts.other),
     nodeFlags: NODE_FLAGS,
     loadAverage: { start: facts.loadAtStart, end: loadavg()[0] },
     pinning: { enabled: ctx.pin.enabled, reason: ctx.pin.reason },
