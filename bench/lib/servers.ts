@@ -2,8 +2,9 @@
 // upstream, the baseline, and the proxy through its own CLI, exactly as the
 // Docker image starts it (node's options from src/node-flags.ts, which the
 // baseline gets as well).
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { parse, stringify } from 'yaml';
 import type { BenchCertificate } from './certificate.js';
 import { NODE_FLAGS } from '../../src/node-flags.js';
@@ -96,7 +97,25 @@ function tlsConfig(ctx: BenchContext, cert: BenchCertificate): string {
 const profileFlags = (ctx: BenchContext, name: string): string[] =>
   ctx.opts.proxyProfileDir === null ? [] : ['--cpu-prof', `--cpu-prof-dir=${join(ctx.opts.proxyProfileDir, name)}`];
 
-export function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHandle> {
+/**
+ * The node options a build's proxy starts with: this build's NODE_FLAGS, or another checkout's own (its
+ * dist/src/node-flags.js), so that a build pair of two builds whose flags differ measures each as its image
+ * would start it. A checkout without the file predates the proxy's own options: none.
+ */
+async function nodeFlagsOf(root: string | undefined): Promise<readonly string[]> {
+  if (root === undefined) return NODE_FLAGS;
+  const file = join(root, 'dist', 'src', 'node-flags.js');
+  if (!existsSync(file)) return []; // a build from before the proxy had node options of its own
+  const mod = (await import(pathToFileURL(file).href).catch((err: unknown) => {
+    throw new Error(`BENCH_OTHER's node flags could not be read from ${file} (${(err as Error).message}); build that checkout first`);
+  })) as { NODE_FLAGS?: unknown };
+  const flags = mod.NODE_FLAGS;
+  if (!Array.isArray(flags) || !flags.every((f) => typeof f === 'string')) throw new Error(`${file}: NODE_FLAGS is not a list of options`);
+  return flags as string[];
+}
+
+export async function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHandle> {
+  const flags = await nodeFlagsOf(p.root);
   const config = p.tls !== undefined ? tlsConfig(ctx, p.tls) : join(p.root ?? ctx.projectRoot, 'bench', p.databaseUrl === null ? 'proxy-embedded.yaml' : 'proxy.yaml');
   const main = p.root === undefined ? join(ctx.distRoot, 'src', 'main.js') : join(p.root, 'dist', 'src', 'main.js');
   const args = ['serve', '--config', config, '--listen', '127.0.0.1:0', '--admin', '127.0.0.1:0'];
@@ -108,8 +127,8 @@ export function startProxy(ctx: BenchContext, p: ProxyOptions): Promise<ServerHa
   if (p.databaseUrl === null) env['BENCH_DATA_DIR'] = mkdtempSync(join(ctx.tmp, `${p.name}-data-`));
   return ctx.children.start({
     name: p.name,
-    // As the Docker image's ENTRYPOINT starts it: node NODE_FLAGS dist/src/main.js.
-    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, ...NODE_FLAGS, ...profileFlags(ctx, p.name), main, ...args],
+    // As the Docker image's ENTRYPOINT starts it: node NODE_FLAGS dist/src/main.js (the other build: its own flags).
+    command: [...ctx.pin.prefix(SERVER_CPU), process.execPath, ...flags, ...profileFlags(ctx, p.name), main, ...args],
     logFile: join(ctx.tmp, `${p.name}.log`),
     env,
     cwd: ctx.projectRoot,
