@@ -16,3 +16,16 @@ import { setFlagsFromString } from 'node:v8';
 // pretenuring, 12 of 12 starts stayed in the normal state, against 8 of 12
 // falling out of it with the default.
 setFlagsFromString('--no-allocation-site-pretenuring');
+
+// Maglev, V8's mid-tier optimizing compiler, is off by default in the V8 of
+// Node 20 and of Node 22 (22.23.5: `node --v8-options`) and on in Node 24's,
+// the version the Docker image runs. On Node 24 a proxy with it spent about
+// 5 % more CPU per request than one without, new keys and replays alike, in
+// its first minutes under load, and two identical proxies with it read 2–4 %
+// apart where two without it read within about 1.5 % (build pairs on Node 24,
+// both ways round: docs/tracing-cost.md, 2026-12-05, midday). Turned off here,
+// before any of the proxy's code has run hot (Node's module loader has run
+// by now), every supported Node runs the proxy's code through the same tiers:
+// the interpreter, Sparkplug, then TurboFan. test/ops/v8-flags.test.ts checks
+// it from V8's own trace.
+setFlagsFromString('--no-maglev');
