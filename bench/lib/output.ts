@@ -80,6 +80,8 @@ export function writeResults(ctx: BenchContext, facts: RunFacts, body: Record<st
     node: process.version,
     build: gitBuild(ctx.projectRoot),
     otherBuild: opts.other === null ? null : gitBuild(opts.other),
+    // Node options every process of the run inherited, besides NODE_FLAGS (pairs-summary pools only runs alike).
+    nodeOptions: process.env['NODE_OPTIONS'] || null,
     nodeFlags: NODE_FLAGS,
     loadAverage: { start: facts.loadAtStart, end: loadavg()[0] },
     pinning: { enabled: ctx.pin.enabled, reason: ctx.pin.reason },

@@ -2,7 +2,8 @@
 // (bench/results/<run>.json) and grouped for pooling (bench/pairs-summary.ts):
 // runs are pooled only when they measured the same thing — the same pair
 // (its id and title, which carries the traced side's setting), the same
-// build (and, for a build pair, the same other build) and the same Node.
+// build (and, for a build pair, the same other build), the same Node and
+// the same NODE_OPTIONS.
 import { readFileSync } from 'node:fs';
 import type { PairResult } from './pair.js';
 
@@ -14,6 +15,8 @@ export interface RunPairs {
   /** The commit the run was made from (lib/output.ts); null in results written before it was recorded. */
   readonly build: string | null;
   readonly otherBuild: string | null;
+  /** NODE_OPTIONS the run's processes inherited; null for none (or results written before it was recorded). */
+  readonly nodeOptions: string | null;
   readonly pairs: readonly PairResult[];
 }
 
@@ -51,7 +54,10 @@ export function readRunPairs(file: string): RunPairs {
       pairs.push(p as unknown as PairResult);
     });
   }
-  return { file, startedAt: text('startedAt'), node: text('node'), build: optional('build'), otherBuild: optional('otherBuild'), pairs };
+  return {
+    file, startedAt: text('startedAt'), node: text('node'), build: optional('build'), otherBuild: optional('otherBuild'),
+    nodeOptions: optional('nodeOptions'), pairs,
+  };
 }
 
 /** One pair measured alike in several runs: the runs that can be pooled, and those left out with why. */
@@ -61,6 +67,7 @@ export interface PairGroup {
   readonly node: string;
   readonly build: string | null;
   readonly otherBuild: string | null;
+  readonly nodeOptions: string | null;
   readonly runs: Array<{ readonly file: string; readonly startedAt: string; readonly cpuRatio: number }>;
   readonly left: Array<{ readonly file: string; readonly why: string }>;
 }
@@ -82,10 +89,10 @@ export function groupPairs(runs: readonly RunPairs[]): PairGroup[] {
   for (const run of ordered) {
     for (const p of run.pairs) {
       const otherBuild = p.shape.id.startsWith('build-pair') ? run.otherBuild : null;
-      const key = JSON.stringify([p.shape.id, p.shape.title, run.node, run.build, otherBuild]);
+      const key = JSON.stringify([p.shape.id, p.shape.title, run.node, run.build, otherBuild, run.nodeOptions]);
       let g = groups.get(key);
       if (g === undefined) {
-        g = { id: p.shape.id, title: p.shape.title, node: run.node, build: run.build, otherBuild, runs: [], left: [] };
+        g = { id: p.shape.id, title: p.shape.title, node: run.node, build: run.build, otherBuild, nodeOptions: run.nodeOptions, runs: [], left: [] };
         groups.set(key, g);
       }
       const why = unusable(p);

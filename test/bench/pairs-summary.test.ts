@@ -34,8 +34,8 @@ function tracePair(cpuRatio: number, extra: Partial<PairResult> = {}, id = 'trac
   };
 }
 
-const run = (file: string, startedAt: string, pairs: PairResult[], node = 'v20.20.2', build: string | null = 'e3c6c03abcde', otherBuild: string | null = null): RunPairs =>
-  ({ file, startedAt, node, build, otherBuild, pairs });
+const run = (file: string, startedAt: string, pairs: PairResult[], node = 'v20.20.2', build: string | null = 'e3c6c03abcde', otherBuild: string | null = null, nodeOptions: string | null = null): RunPairs =>
+  ({ file, startedAt, node, build, otherBuild, nodeOptions, pairs });
 
 describe('pooling runs', () => {
   test('the mean, the runs\' standard deviation and the mean\'s one-sided 95 % bounds (Student\'s t)', () => {
@@ -76,13 +76,14 @@ describe('pooling runs', () => {
 });
 
 describe('grouping runs', () => {
-  test('only pairs measured alike are pooled: the same pair and setting, build and Node', () => {
+  test('only pairs measured alike are pooled: the same pair and setting, build, Node and NODE_OPTIONS', () => {
     const groups = groupPairs([
       run('b.json', '2026-12-05T12:00:00Z', [tracePair(1.05, {}, 'trace-pair-newkey', 'new key'), tracePair(1.04)]),
       run('a.json', '2026-12-05T11:00:00Z', [tracePair(1.03)]),
       run('c.json', '2026-12-05T13:00:00Z', [tracePair(1.06)], 'v24.22.3'),
       run('d.json', '2026-12-05T14:00:00Z', [tracePair(1.07)], 'v20.20.2', '0123456789ab'),
       run('e.json', '2026-12-05T15:00:00Z', [tracePair(1.01, {}, 'trace-pair-replay', `${TITLE.slice(0, -1)}, OTEL_BSP_MAX_EXPORT_BATCH_SIZE=1024)`)]),
+      run('f.json', '2026-12-05T16:00:00Z', [tracePair(1.02)], 'v20.20.2', 'e3c6c03abcde', null, '--max-semi-space-size=16'),
     ]);
     const summary = groups.map((g) => [g.id, g.node, g.build, g.runs.map((r) => r.file)]);
     assert.deepEqual(summary, [
@@ -91,7 +92,9 @@ describe('grouping runs', () => {
       ['trace-pair-replay', 'v24.22.3', 'e3c6c03abcde', ['c.json']],
       ['trace-pair-replay', 'v20.20.2', '0123456789ab', ['d.json']],
       ['trace-pair-replay', 'v20.20.2', 'e3c6c03abcde', ['e.json']],
+      ['trace-pair-replay', 'v20.20.2', 'e3c6c03abcde', ['f.json']],
     ]);
+    assert.match(renderPooled(groups), /build e3c6c03abcde, Node v20\.20\.2 \(NODE_OPTIONS=--max-semi-space-size=16\): [^\n]*\| 1 \| 1\.020 \|/);
   });
 
   test('a build pair is pooled only with runs against the same other build', () => {
@@ -188,6 +191,7 @@ describe('the command', () => {
     const file = writeResults(ctx, facts, { tracePairs: [tracePair(1.02, {}, 'trace-pair-newkey', 'new key'), tracePair(1.03)], buildPairs: [], pair: null });
     const read = readRunPairs(file);
     assert.equal(read.node, process.version);
+    assert.equal(read.nodeOptions, process.env['NODE_OPTIONS'] || null);
     assert.equal(read.build, null, 'not a git checkout: no build');
     assert.equal(read.startedAt, '2026-12-05T12:00:00.000Z');
     assert.deepEqual(read.pairs.map((p) => [p.shape.id, p.cpuRatio]), [['trace-pair-newkey', 1.02], ['trace-pair-replay', 1.03]]);
