@@ -3,6 +3,7 @@ import type { ClaimResult } from './claim.js';
 import { CLAIM_RATIO_LIMIT } from './claim.js';
 import type { MemoryFigures } from './proc.js';
 import type { PairResult } from './pair.js';
+import { TRACING_CPU_LIMIT } from './pooled.js';
 import { RSS_LIMIT_MIB, rssValid, type RssMeasure } from './rss.js';
 import { goalText } from './scenarios.js';
 import type { SummaryRow } from './summary.js';
@@ -105,7 +106,7 @@ function pairTable(pair: PairResult | null): string[] {
   out.push('', builds
     ? `Medians: request rate ${x(pair.ratio)} BENCH_OTHER's build's; this build's CPU per request ${x(pair.cpuRatio)} BENCH_OTHER's (below 1×: this build is the cheaper), ${x(pair.totalCpuRatio)} with each side's upstream. No target: two builds compared in one run; with BENCH_OTHER set to this checkout it reads the pair's own lean, a few per cent either way from run to run (bench/README.md, build-pair).${lostNote(pair.spansLost, 'a traced side')}`
     : tracing
-    ? `Medians: request rate ${x(pair.ratio)} tracing off's; the proxy's CPU per request ${x(pair.cpuRatio)} tracing off's, ${x(pair.totalCpuRatio)} with each side's upstream and the sink. The tracing target (≤ 5 % of throughput) holds when the CPU per request is ≤ 1.053× — on a CPU-bound core throughput is the inverse of the CPU per request; the rates of two busy sides can lean either way by several per cent.${lostNote(pair.spansLost)}`
+    ? `Medians: request rate ${x(pair.ratio)} tracing off's; the proxy's CPU per request ${x(pair.cpuRatio)} tracing off's, ${x(pair.totalCpuRatio)} with each side's upstream and the sink. The tracing target (≤ 5 % of throughput) holds when the CPU per request is ≤ ${x(TRACING_CPU_LIMIT)} — on a CPU-bound core throughput is the inverse of the CPU per request; the rates of two busy sides can lean either way by several per cent.${lostNote(pair.spansLost)}`
     : `Medians: request rate ${x(pair.ratio)} the baseline's; CPU per request ${x(pair.cpuRatio)} the baseline's, ${x(pair.totalCpuRatio)} with each side's upstream (the cost to the shared core, which bounds the alternating rows). A cross-check of the pass-through row, whose verdict stands: the scheduler need not share the CPU evenly between two busy sides, so the rates can lean either way; the CPU per request is each one's own cost (≥ 0.95× the rate is ≤ 1.053× the CPU).`);
   return out;
 }

@@ -11,6 +11,7 @@ import { renderPooled } from '../../bench/pairs-summary.js';
 import type { BenchContext } from '../../bench/lib/context.js';
 import { parseRunOptions } from '../../bench/lib/options.js';
 import { writeResults, type RunFacts } from '../../bench/lib/output.js';
+import { renderReport } from '../../bench/lib/report.js';
 import { groupPairs, readRunPairs, type RunPairs } from '../../bench/lib/pair-runs.js';
 import type { PairResult, PairRound } from '../../bench/lib/pair.js';
 import { decide, pool, t95, TRACING_CPU_LIMIT } from '../../bench/lib/pooled.js';
@@ -62,6 +63,14 @@ describe('pooling runs', () => {
     assert.throws(() => t95(0), /degrees of freedom/);
     assert.throws(() => pool([]), /no runs/);
     assert.throws(() => pool([1, Number.NaN]), /not a ratio/);
+  });
+
+  test('a single run\'s report names the same limit the pooled runs are judged against', () => {
+    const text = renderReport({ header: '#', rows: [], skipped: [], memory: {}, rss: [], claim: null, pair: null, tracePairs: [tracePair(1.04)], buildPairs: [] });
+    const named = /holds when the CPU per request is ≤ ([\d.]+)×/.exec(text);
+    assert.ok(named, 'the tracing pair\'s report names its limit');
+    assert.equal(Number(named[1]), Number(TRACING_CPU_LIMIT.toFixed(3)));
+    assert.equal(named[1], '1.053');
   });
 
   test('met when the upper bound is at or under the limit, missed when the lower bound is over it, else not decided', () => {
