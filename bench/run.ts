@@ -27,7 +27,7 @@ import { measureRssPair, rssValid, type RssMeasure } from './lib/rss.js';
 import { ALIASES, allNames, REPLAY_KEYS } from './lib/scenarios.js';
 import { bringUp, otherDatabase, tracedEnv, type Fleet } from './lib/servers-up.js';
 import { startServices, type Services } from './lib/services.js';
-import { LOAD_CPU, startBaseline, startProxy, startUpstream } from './lib/servers.js';
+import { LOAD_CPU, nodeFlagsOf, startBaseline, startProxy, startUpstream } from './lib/servers.js';
 import { summarize, type RunRecord } from './lib/summary.js';
 
 async function main(): Promise<number> {
@@ -129,7 +129,8 @@ async function main(): Promise<number> {
   }
   if (interrupted) return new Promise<number>(() => undefined); // the signal handler exits
 
-  const facts: RunFacts = { started, command: commandLine(argv), loadAtStart, settings, services: services.description, commitProbe: fleet.commitProbe };
+  const otherNodeFlags = opts.other === null ? null : await nodeFlagsOf(opts.other);
+  const facts: RunFacts = { started, command: commandLine(argv), loadAtStart, settings, services: services.description, commitProbe: fleet.commitProbe, otherNodeFlags };
   const rows = plan.scenarios.map((s) => summarize(s, runs));
   const skipped = [...fleet.unavailable].map(([id, why]) => `${id}: ${why.split('\n').slice(0, 6).join(' | ')}`);
   process.stdout.write(`\n${renderReport({ header: headerText(ctx, facts), rows, skipped, memory, rss, claim, pair, tracePairs, buildPairs })}`);

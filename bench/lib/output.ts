@@ -14,6 +14,8 @@ export interface RunFacts {
   readonly settings: Readonly<Record<string, string>> | null;
   readonly services: string;
   readonly commitProbe: { readonly p50: number; readonly p99: number; readonly n: number } | null;
+  /** BENCH_OTHER's node options (its own dist/src/node-flags.js, lib/servers.ts nodeFlagsOf); null without BENCH_OTHER. */
+  readonly otherNodeFlags: readonly string[] | null;
 }
 
 export function commandLine(argv: readonly string[]): string {
@@ -58,7 +60,9 @@ export function headerText(ctx: BenchContext, facts: RunFacts): string {
     `Machine load average (1 min) at start / end: ${facts.loadAtStart.toFixed(2)} / ${loadavg()[0]!.toFixed(2)} on ${availableParallelism()} CPUs — above ~2, other work shares the CPUs and absolute figures mean little.`,
   ];
   if (opts.other !== null) {
-    lines.push('', `*-other rows and the build pairs' BENCH_OTHER side: the build in ${opts.other} (${gitHead(opts.other)}), on a database of its own on the same server; the others: this build (${gitHead(ctx.projectRoot)}).`);
+    const flags = facts.otherNodeFlags;
+    const started = flags === null || flags.length === 0 ? 'no node options of its own' : `${flags.join(' ')} (its own)`;
+    lines.push('', `*-other rows and the build pairs' BENCH_OTHER side: the build in ${opts.other} (${gitHead(opts.other)}), its proxy started with ${started}, on a database of its own on the same server; the others: this build (${gitHead(ctx.projectRoot)}).`);
   }
   if (commitProbe !== null) {
     lines.push('', `PostgreSQL durable single-row INSERT at 1 client, measured at the start: p50 ${commitProbe.p50} ms, p99 ${commitProbe.p99} ms (${commitProbe.n} commits).`);
@@ -83,6 +87,7 @@ export function writeResults(ctx: BenchContext, facts: RunFacts, body: Record<st
     // Node options every process of the run inherited, besides NODE_FLAGS (pairs-summary pools only runs alike).
     nodeOptions: process.env['NODE_OPTIONS'] || null,
     nodeFlags: NODE_FLAGS,
+    otherNodeFlags: facts.otherNodeFlags,
     loadAverage: { start: facts.loadAtStart, end: loadavg()[0] },
     pinning: { enabled: ctx.pin.enabled, reason: ctx.pin.reason },
     postgres: facts.settings,

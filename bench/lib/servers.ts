@@ -102,7 +102,7 @@ const profileFlags = (ctx: BenchContext, name: string): string[] =>
  * dist/src/node-flags.js), so that a build pair of two builds whose flags differ measures each as its image
  * would start it. A checkout without the file predates the proxy's own options: none.
  */
-async function nodeFlagsOf(root: string | undefined): Promise<readonly string[]> {
+export async function nodeFlagsOf(root: string | undefined): Promise<readonly string[]> {
   if (root === undefined) return NODE_FLAGS;
   const file = join(root, 'dist', 'src', 'node-flags.js');
   if (!existsSync(file)) return []; // a build from before the proxy had node options of its own

@@ -4,13 +4,15 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { renderPooled } from '../../bench/pairs-summary.js';
 import type { BenchContext } from '../../bench/lib/context.js';
 import { parseRunOptions } from '../../bench/lib/options.js';
-import { writeResults, type RunFacts } from '../../bench/lib/output.js';
+import { headerText, writeResults, type RunFacts } from '../../bench/lib/output.js';
+import { nodeFlagsOf } from '../../bench/lib/servers.js';
+import { NODE_FLAGS } from '../../src/node-flags.js';
 import { renderReport } from '../../bench/lib/report.js';
 import { groupPairs, readRunPairs, type RunPairs } from '../../bench/lib/pair-runs.js';
 import type { PairResult, PairRound } from '../../bench/lib/pair.js';
@@ -196,7 +198,7 @@ describe('the command', () => {
   test('what the bench writes (lib/output.ts) is read back: its pairs, its Node and its build', () => {
     const notGit = mkdtempSync(join(dir, 'checkout-'));
     const ctx = { projectRoot: notGit, opts: parseRunOptions([], {}), pin: { enabled: false, reason: 'test' } } as unknown as BenchContext;
-    const facts: RunFacts = { started: new Date('2026-12-05T12:00:00Z'), command: 'npm run bench', loadAtStart: 0, settings: null, services: '', commitProbe: null };
+    const facts: RunFacts = { started: new Date('2026-12-05T12:00:00Z'), command: 'npm run bench', loadAtStart: 0, settings: null, services: '', commitProbe: null, otherNodeFlags: null };
     const file = writeResults(ctx, facts, { tracePairs: [tracePair(1.02, {}, 'trace-pair-newkey', 'new key'), tracePair(1.03)], buildPairs: [], pair: null });
     const read = readRunPairs(file);
     assert.equal(read.node, process.version);
@@ -211,5 +213,21 @@ describe('the command', () => {
     } finally {
       rmSync(here);
     }
+  });
+
+  test("BENCH_OTHER's node options: read from its own build, named in the header and recorded in the results", async () => {
+    // This checkout's own (dist/src/node-flags.js), and none for a checkout built before the proxy had any.
+    assert.deepEqual(await nodeFlagsOf(root), NODE_FLAGS);
+    const old = mkdtempSync(join(dir, 'old-build-'));
+    assert.deepEqual(await nodeFlagsOf(old), []);
+    const ctx = { projectRoot: old, opts: { ...parseRunOptions([], {}), other: old }, pin: { enabled: false, reason: 'test' } } as unknown as BenchContext;
+    const facts: RunFacts = {
+      started: new Date('2026-12-05T12:00:00Z'), command: 'npm run bench', loadAtStart: 0, settings: null, services: '', commitProbe: null,
+      otherNodeFlags: ['--max-semi-space-size=4', '--no-maglev'],
+    };
+    assert.match(headerText(ctx, facts), /BENCH_OTHER side: the build in .*, its proxy started with --max-semi-space-size=4 --no-maglev \(its own\)/);
+    assert.match(headerText(ctx, { ...facts, otherNodeFlags: [] }), /its proxy started with no node options of its own/);
+    const file = writeResults(ctx, facts, { tracePairs: [] });
+    assert.deepEqual((JSON.parse(readFileSync(file, 'utf8')) as { otherNodeFlags: unknown }).otherNodeFlags, ['--max-semi-space-size=4', '--no-maglev']);
   });
 });
