@@ -6,7 +6,7 @@
 // benchmark and no target of its own; valgrind counts instructions (and,
 // with --cache-sim, simulated cache misses), not time.
 //
-//   node dist/bench/proxy-count.js [--traced] [--cache-sim | --gc] [--keys 1000]
+//   node dist/bench/proxy-count.js [--traced] [--cache-sim | --gc | --alloc] [--keys 1000]
 //     [--warm 40] [--window 6000] [--rounds 2] [--out DIR]
 //     [--database-url postgres://postgres@127.0.0.1:5432/postgres]
 //     → per window: the records replayed and each event a replay
@@ -29,11 +29,17 @@
 // their pause — read from the lines the proxy logged during the window.
 // Times, unlike instructions, move with the machine: compare windows of one
 // run, and runs alternated.
+//
+// --alloc: the same windows with the proxy run natively and V8's sampling
+// heap profiler on during each (lib/alloc-sampler.ts, freed objects kept):
+// per window, the bytes a replay allocated and the functions that allocated
+// most. Unlike --gc's byte counts, which come from whole scavenges around
+// the window, these are the window's own, by function.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { closeSync, fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import { NODE_FLAGS } from '../src/node-flags.js';
@@ -50,6 +56,7 @@ const { values: args } = parseArgs({
     traced: { type: 'boolean', default: false },
     'cache-sim': { type: 'boolean', default: false },
     gc: { type: 'boolean', default: false },
+    alloc: { type: 'boolean', default: false },
     keys: { type: 'string', default: '1000' },
     warm: { type: 'string', default: '40' },
     window: { type: 'string', default: '6000' },
@@ -74,7 +81,9 @@ const SETS = ['untraced', 'traced'] as const;
 type RecordSet = (typeof SETS)[number];
 
 if (args.gc && args['cache-sim']) throw new Error('--gc runs the proxy natively: it cannot take --cache-sim');
-for (const tool of args.gc ? [] : ['valgrind', 'callgrind_control']) {
+if (args.alloc && (args.gc || args['cache-sim'])) throw new Error('--alloc runs the proxy natively with a profiler of its own: it cannot take --gc or --cache-sim');
+const native = args.gc || args.alloc;
+for (const tool of native ? [] : ['valgrind', 'callgrind_control']) {
   if (spawnSync(tool, ['--version'], { stdio: 'ignore' }).error !== undefined) {
     throw new Error(`${tool} is not on PATH: install valgrind (Debian: apt-get install -y valgrind)`);
   }
@@ -86,14 +95,15 @@ const main = join(distRoot, 'src', 'main.js');
 const config = join(projectRoot, 'bench', 'proxy.yaml');
 const tmp = mkdtempSync(join(tmpdir(), 'idem-count-'));
 const out = resolve(args.out ?? join(tmp, 'callgrind'));
-if (!args.gc) mkdirSync(out, { recursive: true });
+if (!native) mkdirSync(out, { recursive: true });
 const pin = detectPinning(false);
 const children = new Children(join(distRoot, 'bench', 'guard.js'));
 process.on('exit', () => children.killAll());
 
 /** The proxy, as the bench starts it, under `wrap` (valgrind's command, or nothing), with `v8` flags added. */
 function startProxy(name: string, upstream: string, databaseUrl: string, traced: boolean, wrap: readonly string[], v8: readonly string[] = []): Promise<ServerHandle> {
-  const env: NodeJS.ProcessEnv = { ...process.env, ...(traced ? tracedEnv(upstream) : {}), BENCH_UPSTREAM_URL: upstream };
+  // IDEM_ALLOC_DIR: where lib/alloc-sampler.ts writes its profiles (--alloc; it does nothing unless loaded).
+  const env: NodeJS.ProcessEnv = { ...process.env, ...(traced ? tracedEnv(upstream) : {}), BENCH_UPSTREAM_URL: upstream, IDEM_ALLOC_DIR: tmp };
   delete env['DATABASE_URL'];
   delete env['REDIS_URL'];
   return children.start({
@@ -195,6 +205,45 @@ function readFrom(file: string, offset: number): string {
   }
 }
 
+interface ProfileNode {
+  readonly callFrame: { readonly functionName: string; readonly url: string; readonly lineNumber: number };
+  readonly selfSize: number;
+  readonly children: readonly ProfileNode[];
+}
+
+/** The n-th profile lib/alloc-sampler.ts wrote for the proxy `pid`, once it is there (it is named when whole). */
+async function profileWritten(pid: number, n: number): Promise<string> {
+  const file = join(tmp, `alloc-${pid}-${n}.json`);
+  for (let waited = 0; waited < 30_000; waited += 50) {
+    if (existsSync(file)) return file;
+    await sleep(50);
+  }
+  throw new Error(`the proxy wrote no allocation profile ${file} within 30 s (its log: ${join(tmp, 'counted.log')})`);
+}
+
+/**
+ * A window's allocations a replay, from V8's sampling heap profile: the bytes in all (each node's selfSize, V8's
+ * estimate from its samples) and the functions that allocated most, by name, file and line.
+ */
+function allocations(file: string, n: number): string {
+  const profile = JSON.parse(readFileSync(file, 'utf8')) as { head?: ProfileNode; error?: string };
+  if (profile.head === undefined) throw new Error(`${file}: no profile (${profile.error ?? 'no head'})`);
+  const byFunction = new Map<string, number>();
+  let total = 0;
+  const walk = (node: ProfileNode): void => {
+    const f = node.callFrame;
+    const name = `${f.functionName === '' ? '(anonymous)' : f.functionName} ${f.url === '' ? '' : `${f.url.slice(f.url.lastIndexOf('/') + 1)}:${f.lineNumber + 1}`}`.trim();
+    byFunction.set(name, (byFunction.get(name) ?? 0) + node.selfSize);
+    total += node.selfSize;
+    for (const child of node.children) walk(child);
+  };
+  walk(profile.head);
+  const most = [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, 10);
+  return `allocated ${(total / n).toFixed(0)} B; most by ${most.map(([name, bytes]) => `${name} ${(bytes / n).toFixed(0)} B`).join(', ')}`;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
+
 const shown = (m: Map<string, number>): string => [...m].map(([e, v]) => `${e} ${v >= 1000 ? `${(v / 1000).toFixed(1)} K` : v.toFixed(1)}`).join(', ');
 
 const adminUrl = args['database-url'];
@@ -218,12 +267,17 @@ try {
     ...(args['cache-sim'] ? ['--cache-sim=yes', '--branch-sim=yes'] : [])];
   const proxy = args.gc
     ? await startProxy('counted', upstream.url, databaseUrl, args.traced, [], ['--trace-gc-nvp'])
-    : await startProxy('counted', upstream.url, databaseUrl, args.traced, vg);
+    : args.alloc
+      ? await startProxy('counted', upstream.url, databaseUrl, args.traced, [], ['--import', pathToFileURL(join(distRoot, 'bench', 'lib', 'alloc-sampler.js')).href])
+      : await startProxy('counted', upstream.url, databaseUrl, args.traced, vg);
   const pid = String(proxy.pid);
   const pool = new Pool(proxy.url, { connections: CONNECTIONS });
   const windowPasses = Math.ceil(WINDOW / KEYS);
   const tracing = `tracing ${args.traced ? 'on' : 'off'}`;
-  console.log(args.gc ? `proxy (pid ${pid}, ${tracing}, --trace-gc-nvp); logs in ${tmp}` : `proxy under callgrind (pid ${pid}, ${tracing}); dumps in ${out}; logs in ${tmp}`);
+  console.log(args.gc ? `proxy (pid ${pid}, ${tracing}, --trace-gc-nvp); logs in ${tmp}`
+    : args.alloc ? `proxy (pid ${pid}, ${tracing}, allocations sampled in each window); profiles and logs in ${tmp}`
+      : `proxy under callgrind (pid ${pid}, ${tracing}); dumps in ${out}; logs in ${tmp}`);
+  let profiles = 0;
   for (let round = 1; round <= ROUNDS; round++) {
     for (const set of SETS) {
       await send(pool, set, WARM, true);
@@ -236,6 +290,15 @@ try {
         const n = windowPasses * KEYS;
         const cpu = cpuNs === null ? 'CPU not read (a thread came or went)' : `CPU ${(cpuNs / 1000 / n).toFixed(1)} µs`;
         console.log(`round ${round}, records stored ${set}: a replay, ${cpu}, ${collections(text, n)}`);
+        continue;
+      }
+      if (args.alloc) {
+        process.kill(proxy.pid, 'SIGUSR2');
+        await sleep(200); // the proxy's handler runs on its next turn: sampling is on before the window's first replay
+        await send(pool, set, windowPasses, true);
+        process.kill(proxy.pid, 'SIGUSR2');
+        const file = await profileWritten(proxy.pid, ++profiles);
+        console.log(`round ${round}, records stored ${set}: a replay, ${allocations(file, windowPasses * KEYS)}`);
         continue;
       }
       execFileSync('callgrind_control', ['-i', 'on', pid], { stdio: 'ignore' });

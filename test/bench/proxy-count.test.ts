@@ -1,0 +1,52 @@
+// bench/proxy-count.ts --alloc, run as a process against the machine's
+// PostgreSQL: real proxies record keys, a third replays them with V8's
+// sampling heap profiler on (bench/lib/alloc-sampler.ts, loaded into the
+// proxy), and the tool prints what each window allocated, a replay.
+import { describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import pg from 'pg';
+import { ADMIN_URL } from '../helpers/db.js';
+import { repoRoot } from '../helpers/repo.js';
+
+const root = repoRoot();
+
+describe('bench/proxy-count.ts --alloc', () => {
+  test("each window's allocations a replay: what the window allocated, objects already collected included", async () => {
+    const probe = new pg.Client({ connectionString: ADMIN_URL, connectionTimeoutMillis: 5000 });
+    try {
+      await probe.connect();
+    } catch (err) {
+      throw new Error(`PostgreSQL is not reachable at ${ADMIN_URL} (${(err as Error).message}); start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`);
+    } finally {
+      await probe.end().catch(() => undefined);
+    }
+    const r = spawnSync(process.execPath, [
+      join(root, 'dist', 'bench', 'proxy-count.js'), '--alloc', '--traced', '--keys', '50', '--warm', '2', '--window', '2000', '--rounds', '1',
+      '--database-url', ADMIN_URL,
+    ], { cwd: root, encoding: 'utf8', timeout: 180_000 });
+    assert.equal(r.status, 0, `proxy-count failed:\n${r.stdout}\n${r.stderr}`);
+    assert.match(r.stdout, /tracing on, allocations sampled in each window/);
+    const windows = [...r.stdout.matchAll(/^round 1, records stored (untraced|traced): a replay, allocated (\d+) B; most by (.+)$/gm)];
+    assert.deepEqual(windows.map((m) => m[1]), ['untraced', 'traced'], r.stdout);
+    for (const [, set, bytes, most] of windows) {
+      // A replay allocates some 20 KB (docs/tracing-cost.md). A profile of what is still alive when the window ends
+      // — node's --heap-prof, or the sampler without the objects the collector freed — reads a few hundred bytes.
+      assert.ok(Number(bytes) > 5_000, `${set}: ${bytes} B a replay is what outlived the window, not what it allocated`);
+      // Ten functions, each named with its file and line where it has one, and bytes of its own.
+      const named = most!.split(', ');
+      assert.equal(named.length, 10, most);
+      for (const f of named) assert.match(f, /^\S.* \d+ B$/);
+      assert.ok(named.some((f) => /\.js:\d+ \d+ B$/.test(f)), most);
+    }
+  });
+
+  test('--alloc takes neither --gc nor --cache-sim', () => {
+    for (const other of ['--gc', '--cache-sim']) {
+      const r = spawnSync(process.execPath, [join(root, 'dist', 'bench', 'proxy-count.js'), '--alloc', other], { cwd: root, encoding: 'utf8', timeout: 30_000 });
+      assert.notEqual(r.status, 0);
+      assert.match(r.stderr, /--alloc runs the proxy natively with a profiler of its own: it cannot take --gc or --cache-sim/);
+    }
+  });
+});
