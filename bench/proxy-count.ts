@@ -40,6 +40,7 @@ import { closeSync, existsSync, fstatSync, mkdirSync, mkdtempSync, openSync, rea
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { Pool } from 'undici';
 import { NODE_FLAGS } from '../src/node-flags.js';
@@ -241,8 +242,6 @@ function allocations(file: string, n: number): string {
   const most = [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, 10);
   return `allocated ${(total / n).toFixed(0)} B; most by ${most.map(([name, bytes]) => `${name} ${(bytes / n).toFixed(0)} B`).join(', ')}`;
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 const shown = (m: Map<string, number>): string => [...m].map(([e, v]) => `${e} ${v >= 1000 ? `${(v / 1000).toFixed(1)} K` : v.toFixed(1)}`).join(', ');
 

@@ -6,22 +6,14 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
-import pg from 'pg';
-import { ADMIN_URL } from '../helpers/db.js';
+import { ADMIN_URL, requirePostgres } from '../helpers/db.js';
 import { repoRoot } from '../helpers/repo.js';
 
 const root = repoRoot();
 
 describe('bench/proxy-count.ts --alloc', () => {
   test("each window's allocations a replay: what the window allocated, objects already collected included", async () => {
-    const probe = new pg.Client({ connectionString: ADMIN_URL, connectionTimeoutMillis: 5000 });
-    try {
-      await probe.connect();
-    } catch (err) {
-      throw new Error(`PostgreSQL is not reachable at ${ADMIN_URL} (${(err as Error).message}); start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`);
-    } finally {
-      await probe.end().catch(() => undefined);
-    }
+    await requirePostgres();
     const r = spawnSync(process.execPath, [
       join(root, 'dist', 'bench', 'proxy-count.js'), '--alloc', '--traced', '--keys', '50', '--warm', '2', '--window', '2000', '--rounds', '1',
       '--database-url', ADMIN_URL,

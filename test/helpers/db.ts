@@ -37,6 +37,11 @@ async function admin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
   }
 }
 
+/** Fails, saying how to start it, when the machine's PostgreSQL (ADMIN_URL) cannot be reached. */
+export async function requirePostgres(): Promise<void> {
+  await admin(async () => undefined);
+}
+
 // Named by a hash of every migration's text: two checkouts whose schemas
 // differ (branches adding migrations side by side) never share a template.
 const TEMPLATE = `idem_test_template_${createHash('sha256').update(JSON.stringify(migrations)).digest('hex').slice(0, 12)}`;
