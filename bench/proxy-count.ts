@@ -264,18 +264,18 @@ try {
   const vg = ['valgrind', '--tool=callgrind', '--instr-atstart=no', '--smc-check=all-non-file', '--separate-threads=yes',
     `--callgrind-out-file=${join(out, 'callgrind.out.%p')}`,
     ...(args['cache-sim'] ? ['--cache-sim=yes', '--branch-sim=yes'] : [])];
-  const proxy = args.gc
-    ? await startProxy('counted', upstream.url, databaseUrl, args.traced, [], ['--trace-gc-nvp'])
+  // How the counted proxy runs, per mode: under valgrind (the default), or natively with V8's collection log
+  // (--gc) or the allocation sampler loaded (--alloc); and what the first line says of it.
+  const [wrap, v8, how] = args.gc
+    ? [[], ['--trace-gc-nvp'], '--trace-gc-nvp); logs']
     : args.alloc
-      ? await startProxy('counted', upstream.url, databaseUrl, args.traced, [], ['--import', pathToFileURL(join(distRoot, 'bench', 'lib', 'alloc-sampler.js')).href])
-      : await startProxy('counted', upstream.url, databaseUrl, args.traced, vg);
+      ? [[], ['--import', pathToFileURL(join(distRoot, 'bench', 'lib', 'alloc-sampler.js')).href], 'allocations sampled in each window); profiles and logs']
+      : [vg, [], `under callgrind); dumps in ${out}; logs`];
+  const proxy = await startProxy('counted', upstream.url, databaseUrl, args.traced, wrap, v8);
   const pid = String(proxy.pid);
   const pool = new Pool(proxy.url, { connections: CONNECTIONS });
   const windowPasses = Math.ceil(WINDOW / KEYS);
-  const tracing = `tracing ${args.traced ? 'on' : 'off'}`;
-  console.log(args.gc ? `proxy (pid ${pid}, ${tracing}, --trace-gc-nvp); logs in ${tmp}`
-    : args.alloc ? `proxy (pid ${pid}, ${tracing}, allocations sampled in each window); profiles and logs in ${tmp}`
-      : `proxy under callgrind (pid ${pid}, ${tracing}); dumps in ${out}; logs in ${tmp}`);
+  console.log(`proxy (pid ${pid}, tracing ${args.traced ? 'on' : 'off'}, ${how} in ${tmp}`);
   let profiles = 0;
   for (let round = 1; round <= ROUNDS; round++) {
     for (const set of SETS) {
