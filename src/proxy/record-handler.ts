@@ -11,8 +11,9 @@ import { classify, type Upstream } from './upstream.js';
 // collected for the record (up to a limit), and its last chunk is held back:
 // the Recorder ends the client's response, after the commit. A client that
 // leaves changes nothing: the exchange runs to its end. upstream.timeout
-// bounds the whole exchange: undici's headers timeout, then a timer for the
-// rest. An answer the recorder does not record (a releaseOn status) waits,
+// bounds the whole exchange with a timer of the proxy's own, armed when the
+// request is dispatched (undici's headers and body timeouts, on its coarse
+// clock, are only a backstop). An answer the recorder does not record (a releaseOn status) waits,
 // unread, until the recorder calls proceed(); the rest then goes through a
 // RelayHandler, unrecorded.
 
@@ -125,6 +126,13 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
 
   onConnect(abort: (err?: Error) => void): void {
     this.abort = abort;
+    // The whole exchange's bound, from here on. Not undici's headers timeout: it runs on undici's coarse clock
+    // (ticks of about half a second), so a 400 ms upstream.timeout fired after 0.5–1 s, later under load, and an
+    // answer arriving meanwhile was taken (test/policies/unknown-outcome.test.ts).
+    if (this.timer === null && !this.ended) {
+      const left = this.timeoutMs - (performance.now() - this.sentAt);
+      this.timer = setTimeout(timedOut, left > 1 ? left : 1, this);
+    }
   }
 
   abortWith(err: Error): void {
@@ -138,8 +146,6 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
     this.statusCode = statusCode;
     this.resume = resume;
     this.headers = clientResponseHeadersRaw(rawHeaders);
-    const left = this.timeoutMs - (performance.now() - this.sentAt);
-    this.timer = setTimeout(timedOut, left > 1 ? left : 1, this);
     if (!this.recorder.head(this, statusCode)) {
       this.paused = true;
       return false;

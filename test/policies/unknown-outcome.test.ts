@@ -92,3 +92,35 @@ describe('onUnknownOutcome', () => {
     assert.ok(lines.indexOf(release) < listening && lines.indexOf(pass) < listening);
   });
 });
+
+// upstream.timeout bounds the exchange to within the timer's own precision, not undici's: its headers timeout
+// runs on ticks of about half a second, so a 100 ms timeout there fired after 0.5–1 s and an answer sent at
+// 450 ms was taken. The proxy and this upstream share one process and one timer list: the proxy's 100 ms
+// timer, armed before the upstream even sees the request, always fires before the upstream's 450 ms one.
+describe('upstream.timeout before the answer starts: the proxy\'s own timer', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let proxy: RunningProxy;
+
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startUpstream(jsonResponder(201, 450));
+    ({ proxy } = await startLoggedProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: 'upstream: { timeout: 100ms }\nroutes:\n  - { name: orders, match: { path: /orders } }\n' }));
+  });
+  after(async () => {
+    await proxy?.close();
+    await upstream?.close();
+    await db?.drop();
+  });
+
+  test('an answer that starts after upstream.timeout is never taken: 504, bound to the key', async () => {
+    const post = () => send(`${proxy.url}/orders`, { headers: { 'content-type': 'application/json', 'idempotency-key': 'o-1' }, body: '{"n":1}' });
+    const first = await post();
+    assert.equal(first.status, 504);
+    assert.equal(problemType(first), 'upstream-timeout');
+    const retry = await post();
+    assert.equal(retry.status, 504);
+    assert.equal(retry.headers['idempotent-replayed'], 'true');
+    assert.equal(upstream.executions(), 1);
+  });
+});
