@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { TimeoutSignal, type UpstreamError } from '../errors.js';
+import { TimeoutSignal, UpstreamError } from '../errors.js';
 import { dispatch } from './forward.js';
 import { clientResponseHeadersRaw } from './headers.js';
 import { RelayHandler, type RelaySink } from './relay-handler.js';
@@ -12,8 +12,11 @@ import { classify, type Upstream } from './upstream.js';
 // the Recorder ends the client's response, after the commit. A client that
 // leaves changes nothing: the exchange runs to its end. upstream.timeout
 // bounds the whole exchange with a timer of the proxy's own, armed when the
-// request is dispatched (undici's headers and body timeouts, on its coarse
-// clock, are only a backstop). An answer the recorder does not record (a releaseOn status) waits,
+// request is handed to undici, so the wait for a free connection counts too:
+// a request still waiting when it runs out is never sent (not_sent, the key
+// released), and is dropped when its connection comes. Undici's headers and
+// body timeouts, on its coarse clock, are only a backstop. An answer the
+// recorder does not record (a releaseOn status) waits,
 // unread, until the recorder calls proceed(); the rest then goes through a
 // RelayHandler, unrecorded.
 
@@ -80,7 +83,7 @@ const RELAYED: RelaySink<RecordHandler> = {
 
 function timedOut(h: RecordHandler): void {
   h.timer = null;
-  h.abortWith(new TimeoutSignal(h.timeoutMs));
+  h.timedOut();
 }
 
 export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
@@ -93,7 +96,6 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
   readonly timeoutMs: number;
   private readonly budget: RecordOptions['budget'];
   private readonly limit: number;
-  private readonly sentAt = performance.now();
   private written = false;
   private abort: ((err?: Error) => void) | null = null;
   private chunks: Buffer[] | null = null; // the body so far, null once past the limit
@@ -108,6 +110,11 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
     this.limit = opts.limit;
     this.timeoutMs = opts.timeoutMs;
     this.budget = opts.budget ?? null;
+    // The whole exchange's bound, from the dispatch on: the wait for a connection, then the request and the
+    // answer. Not undici's headers timeout: it starts only once the request is written, and runs on undici's
+    // coarse clock (ticks of about half a second), so a 400 ms upstream.timeout fired after 0.5–1 s, later
+    // under load, and an answer arriving meanwhile was taken (test/policies/unknown-outcome.test.ts).
+    this.timer = setTimeout(timedOut, this.timeoutMs, this);
   }
 
   get started(): boolean {
@@ -124,20 +131,25 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
     return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, this.size);
   }
 
+  /**
+   * Undici is about to write the request (it calls this right before, in the same turn). A request whose
+   * upstream.timeout ran out while it waited for the connection was answered already: it is dropped unsent.
+   */
   onConnect(abort: (err?: Error) => void): void {
     this.abort = abort;
-    // The whole exchange's bound, from here on. Not undici's headers timeout: it runs on undici's coarse clock
-    // (ticks of about half a second), so a 400 ms upstream.timeout fired after 0.5–1 s, later under load, and an
-    // answer arriving meanwhile was taken (test/policies/unknown-outcome.test.ts).
-    if (this.timer === null && !this.ended) {
-      const left = this.timeoutMs - (performance.now() - this.sentAt);
-      this.timer = setTimeout(timedOut, left > 1 ? left : 1, this);
-    }
+    if (this.ended) abort(new UpstreamError('not_sent', 'dropped unsent: upstream.timeout ran out while it waited for a connection'));
   }
 
-  abortWith(err: Error): void {
+  /** upstream.timeout ran out: the request is cut off, or, not yet written, never will be. */
+  timedOut(): void {
     const abort = this.abort;
-    if (abort !== null) abort(err);
+    if (abort !== null) {
+      abort(new TimeoutSignal(this.timeoutMs));
+      return;
+    }
+    // Still waiting for a connection to the upstream: not a byte of it was sent (onConnect has not run).
+    this.finish();
+    this.recorder.end(this, new UpstreamError('not_sent', `no connection to the upstream became free within upstream.timeout (${this.timeoutMs} ms): the request was not sent`));
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {

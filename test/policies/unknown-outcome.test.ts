@@ -10,6 +10,7 @@ import { send } from '../helpers/http.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { problemType } from './support.js';
 import { type LogLine, startLoggedProxy } from '../helpers/proxy.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 const YAML = `
 upstream: { timeout: 400ms }
@@ -122,5 +123,72 @@ describe('upstream.timeout before the answer starts: the proxy\'s own timer', ()
     assert.equal(retry.status, 504);
     assert.equal(retry.headers['idempotent-replayed'], 'true');
     assert.equal(upstream.executions(), 1);
+  });
+});
+
+// upstream.timeout counts from the dispatch, the wait for a free connection to the upstream included (as
+// store.timeout counts the wait for a pool connection). A request still waiting when it runs out was never
+// sent: its key is released, the client gets a 502 at the deadline, and when a connection does free up the
+// request is dropped unsent — never written with no time left and then cut off, which would leave an
+// operation the upstream may run behind a 504. One connection to the upstream; a pass-through download holds
+// it (a chunk every 100 ms for 1.6 s: no idle timeout fires) while the idempotent request waits behind it.
+describe('upstream.timeout includes the wait for a connection to the upstream', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let proxy: RunningProxy;
+  const hits = (path: string): number => upstream.received.filter((r) => r.url === path).length;
+
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startUpstream(async (req, n, res) => {
+      if (req.url !== '/download') return jsonResponder(201)(req, n, res);
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      for (let i = 0; i < 16; i++) {
+        res.write(Buffer.alloc(16, i));
+        await sleep(100);
+      }
+      res.end();
+    });
+    ({ proxy } = await startLoggedProxy({
+      upstream: upstream.url,
+      databaseUrl: db.url,
+      yaml: [
+        'upstream: { timeout: 400ms, connections: 1 }',
+        'defaults:',
+        '  tenant: { constant: t }',
+        'routes:',
+        '  - { name: orders, match: { path: /orders/** } }',
+        '  - { name: files, match: { path: /download }, mode: passthrough }',
+        '',
+      ].join('\n'),
+    }));
+  });
+  after(async () => {
+    await proxy?.close();
+    await upstream?.close();
+    await db?.drop();
+  });
+
+  test('a request that gets no connection within upstream.timeout is never sent: 502, key released, the retry runs once', async () => {
+    const download = send(`${proxy.url}/download`, { method: 'GET' });
+    await waitFor('the download to hold the one connection', () => hits('/download') === 1);
+    const post = () => send(`${proxy.url}/orders/o-9`, { headers: { 'content-type': 'application/json', 'idempotency-key': 'o-9' }, body: '{"n":9}' });
+    const started = performance.now();
+    const first = await post();
+    const waited = performance.now() - started;
+    assert.equal(first.status, 502);
+    assert.equal(problemType(first), 'upstream-unreachable');
+    assert.match(String(first.json().detail), /no connection to the upstream/);
+    assert.ok(waited < 1200, `answered at the deadline, not when the connection freed (${Math.round(waited)} ms)`);
+    assert.equal((await sql(db.url, "SELECT 1 FROM idempotency_keys WHERE idem_key = 'o-9'")).length, 0, 'the key was released');
+    assert.equal((await download).body.length, 256);
+    // The waiting request got its connection once the download ended, and was dropped unsent: a request sent
+    // after it, on the same one connection, is answered only after that.
+    assert.equal((await send(`${proxy.url}/download`, { method: 'GET' })).status, 200);
+    assert.equal(hits('/orders/o-9'), 0, 'the request that waited too long never reached the upstream');
+    const retry = await post();
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers['idempotent-replayed'], undefined);
+    assert.equal(hits('/orders/o-9'), 1);
   });
 });
