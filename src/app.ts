@@ -122,6 +122,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     });
     const router = new Router(config);
     const upstream = createUpstream(config.upstream);
+    metrics.upstreamPool.watch(upstream.counts);
     let forcedShutdown = false;
     // After a forced shutdown, upstream calls still running are aborted rather than awaited.
     cleanups.push(() => (forcedShutdown ? upstream.pool.destroy() : upstream.close()));

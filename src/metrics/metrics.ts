@@ -36,6 +36,8 @@ export interface Metrics {
   readonly tlsRefused: FastCounter<'reason'>;
   /** Spans tracing dropped, by cause: queue_full, export_failed (src/tracing/recorder.ts). */
   readonly tracingSpansLost: FastCounter<'cause'>;
+  /** The upstream connection pool, read when scraped. */
+  readonly upstreamPool: UpstreamPoolGauges;
   /** Set by the key census (src/admin/census.ts), not per request. */
   readonly keyCensus: KeyCensusGauges;
 }
@@ -88,6 +90,45 @@ export class SampledGauge {
   }
 }
 
+/** What the upstream connection pool holds right now (undici's Pool#stats). */
+export interface PoolCounts {
+  /** Open connections. */
+  readonly connected: number;
+  /** Open connections with no request on them. */
+  readonly free: number;
+  /** Requests handed to the pool and not yet written: waiting for a connection (or for theirs to open). */
+  readonly pending: number;
+}
+
+/**
+ * The upstream pool's connections (busy, idle) and the requests waiting for one, read when scraped: nothing on
+ * the request path. Requests waiting mean every connection is busy; on idempotent routes their wait counts
+ * against upstream.timeout (src/proxy/record-handler.ts).
+ */
+export class UpstreamPoolGauges {
+  #read: () => PoolCounts = () => ({ connected: 0, free: 0, pending: 0 });
+
+  constructor(registers: Registry[]) {
+    const self = this;
+    new Gauge({
+      name: 'idempotency_proxy_upstream_connections', help: 'Connections to the upstream, by state: busy (a request on it), idle', labelNames: ['state'], registers,
+      collect() {
+        const c = self.#read();
+        this.set({ state: 'busy' }, c.connected - c.free);
+        this.set({ state: 'idle' }, c.free);
+      },
+    });
+    new Gauge({
+      name: 'idempotency_proxy_upstream_requests_waiting', help: 'Requests waiting for a connection to the upstream (all upstream.connections busy)', registers,
+      collect() { this.set(self.#read().pending); },
+    });
+  }
+
+  watch(read: () => PoolCounts): void {
+    this.#read = read;
+  }
+}
+
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
 export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics {
@@ -116,6 +157,7 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
     batchSize: new FastHistogram({ name: 'idempotency_proxy_store_batch_size', help: 'Requests per batched claim/commit statement', labelNames: ['statement'], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256], registers }),
     tlsRefused: new FastCounter({ name: 'idempotency_proxy_tls_handshakes_refused_total', help: 'TLS handshakes the listener refused or that did not finish, by reason', labelNames: ['reason'], registers }),
     tracingSpansLost: new FastCounter({ name: 'idempotency_proxy_tracing_spans_lost_total', help: 'Spans tracing dropped: queue_full (OTEL_BSP_MAX_QUEUE_SIZE spans not yet exported), export_failed (the collector refused or did not answer)', labelNames: ['cause'], registers }),
+    upstreamPool: new UpstreamPoolGauges(registers),
     keyCensus: new KeyCensusGauges(registers),
   };
 }

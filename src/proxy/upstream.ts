@@ -3,6 +3,7 @@ import type { UpstreamConfig, UpstreamTls } from '../config/types.js';
 import { tlsReloader, type TlsReloader } from '../ops/tls-reload.js';
 import { readUpstreamTls } from '../config/tls-files.js';
 import { TimeoutSignal, UpstreamError } from '../errors.js';
+import type { PoolCounts } from '../metrics/metrics.js';
 
 export { TimeoutSignal, UpstreamError };
 export type { FailureKind } from '../errors.js';
@@ -39,6 +40,8 @@ export interface Upstream {
   readonly pool: Dispatcher;
   readonly origin: string;
   readonly timeoutMs: number;
+  /** Connections open and idle, and requests waiting for one (the idempotency_proxy_upstream_* gauges). */
+  counts(): PoolCounts;
   /** SIGHUP: upstream.tls read again; new connections use it, open ones keep theirs (src/ops/tls-reload.ts). */
   readonly tls: TlsReloader<UpstreamTls>;
   close(): Promise<void>;
@@ -64,6 +67,7 @@ export function createUpstream(cfg: UpstreamConfig): Upstream {
     pool,
     origin,
     timeoutMs: cfg.timeoutMs,
+    counts: () => pool.stats,
     tls,
     close: () => pool.close(),
   };

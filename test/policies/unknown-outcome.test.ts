@@ -136,6 +136,7 @@ describe('upstream.timeout includes the wait for a connection to the upstream', 
   let db: TestDatabase;
   let upstream: TestUpstream;
   let proxy: RunningProxy;
+  let lines: LogLine[];
   const hits = (path: string): number => upstream.received.filter((r) => r.url === path).length;
 
   before(async () => {
@@ -149,7 +150,7 @@ describe('upstream.timeout includes the wait for a connection to the upstream', 
       }
       res.end();
     });
-    ({ proxy } = await startLoggedProxy({
+    ({ proxy, lines } = await startLoggedProxy({
       upstream: upstream.url,
       databaseUrl: db.url,
       yaml: [
@@ -181,6 +182,10 @@ describe('upstream.timeout includes the wait for a connection to the upstream', 
     assert.match(String(first.json().detail), /no connection to the upstream/);
     assert.ok(waited < 1200, `answered at the deadline, not when the connection freed (${Math.round(waited)} ms)`);
     assert.equal((await sql(db.url, "SELECT 1 FROM idempotency_keys WHERE idem_key = 'o-9'")).length, 0, 'the key was released');
+    const line = lines.find((l) => l.msg === 'request' && l.route === 'orders' && l.status === 502)!;
+    assert.equal(line.outcome, 'upstream_error');
+    assert.equal(line.released, true);
+    assert.match(String(line.detail), /no connection to the upstream became free within upstream\.timeout/);
     assert.equal((await download).body.length, 256);
     // The waiting request got its connection once the download ended, and was dropped unsent: a request sent
     // after it, on the same one connection, is answered only after that.
