@@ -27,6 +27,9 @@ defaults:
 routes:
   - name: orders
     match: { path: "/orders/**" }
+  - name: strict
+    match: { path: "/strict/**" }
+    onExpiredLease: fail
 `;
 const WORKERS = 6;
 const BEFORE_MS = 1000;
@@ -162,6 +165,30 @@ describe('PostgreSQL restarted under load', () => {
     const replay = await send(`${proxy.url}/orders/1`, { headers: { 'idempotency-key': k, 'x-tenant': 'tenant-0' }, body: '{"long":1}' });
     assert.equal(replay.headers['idempotent-replayed'], 'true');
     assert.equal(up.executions(k), 1);
+  });
+
+  // A key to release (here the upstream refused with 429, a releaseOn status) while the store is down: the
+  // release is retried in the background once the client has its answer. Left claimed, the key's lease would
+  // end with nobody to release it, and on this onExpiredLease: fail route the retry would find it
+  // outcome_unknown (409) until an operator resolved it, though the operation never ran.
+  test('a release the store could not take is retried until the store is back: the retry runs, no key is left for an operator', async () => {
+    const k = 'pg-release-later';
+    const headers = { 'idempotency-key': k, 'x-tenant': 'tenant-0' };
+    up.behave(hold);
+    const s = send(`${proxy.url}/strict/1`, { headers, body: '{"r":1}' });
+    const ex = await up.arrival((e) => e.key === k);
+    await pgc.stop('immediate');
+    ex.respond(429, '{"error":"slow down"}');
+    const first = await s;
+    assert.equal(first.status, 429, 'the upstream\'s refusal, relayed unrecorded');
+    await sleep(3000); // the store still down past the key's 2 s lease
+    await pgc.start();
+    await waitFor('the key to be released once the store is back', async () =>
+      (await sql(pgc.url, 'SELECT 1 FROM idempotency_keys WHERE idem_key = $1', [k])).length === 0, 10_000);
+    up.behave(answer());
+    const retry = await send(`${proxy.url}/strict/1`, { headers, body: '{"r":1}' });
+    assert.equal(retry.status, 201);
+    assert.equal(retry.headers['idempotent-replayed'], undefined);
   });
 
   test('a commit that took effect but whose reply was lost: the retried commit succeeds, the client gets its answer', async () => {

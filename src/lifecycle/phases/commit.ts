@@ -1,8 +1,9 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { StoreUnavailableError, type UpstreamError } from '../../errors.js';
 import { Problems, problemRecord, upstreamProblem } from '../../http/problems.js';
 import type { Recording } from '../../proxy/record-handler.js';
 import { asReference } from '../../proxy/reference.js';
-import type { StoredResponse } from '../../store/records.js';
+import type { ClaimRequest, StoredResponse } from '../../store/records.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
 import { DONE, problem, type Phase, type Verdict } from '../verdict.js';
@@ -133,7 +134,11 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
   return { kind: 'end', last };
 }
 
-/** Frees the key (fenced by the owner token), so a retry runs again. A failed release leaves it claimed until its lease ends. */
+/**
+ * Frees the key (fenced by the owner token), so a retry runs again. A store outage does not hold the request:
+ * the release is retried in the background (releaseLater). Any other failure leaves the key claimed until its
+ * lease ends.
+ */
 export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise<void> {
   const claim = ctx.claim!;
   ctx.released = true;
@@ -145,8 +150,40 @@ export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise
   } catch (err) {
     if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'release', t0, performance.now(), null, err);
     deps.metrics.storeErrors.inc({ op: 'release' });
-    deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release failed; key stays claimed until its lease ends');
+    if (err instanceof StoreUnavailableError) {
+      deps.logger.warn({ requestId: ctx.requestId, err: err.message }, 'release failed; retried in the background while the store is down');
+      void releaseLater(deps, ctx.requestId, claim);
+    } else {
+      deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release failed; key stays claimed until its lease ends');
+    }
   } finally {
     ctx.storeMs += performance.now() - t0;
+  }
+}
+
+/**
+ * A release the store could not take, retried after the request was answered, with the commit's backoff and
+ * patience. The key is known not to bind an answer (nothing was sent, or the answer was one the route
+ * releases on); left claimed, its lease would end with nobody to release it, and on an `onExpiredLease: fail`
+ * route the next retry would find an outcome_unknown key for an operator to resolve. Fenced by the owner token
+ * and the in_flight state: once another claim took the key over, or made it outcome_unknown, the release
+ * changes nothing. Timers do not hold the process open; a shutdown ends the retries (the lease then decides).
+ */
+async function releaseLater(deps: LifecycleDeps, requestId: string, claim: ClaimRequest): Promise<void> {
+  const giveUpAt = performance.now() + Math.max(claim.leaseMs, COMMIT_PATIENCE_MIN_MS);
+  for (let i = 0; ; i++) {
+    await sleep(COMMIT_BACKOFF_MS[i] ?? COMMIT_BACKOFF_MAX_MS, undefined, { ref: false });
+    try {
+      await deps.store.release(claim.tenantId, claim.key, claim.ownerToken);
+      deps.cache?.forget(claim.tenantId, claim.key);
+      deps.logger.info({ requestId, attempts: i + 2 }, 'key released once the store answered');
+      return;
+    } catch (err) {
+      deps.metrics.storeErrors.inc({ op: 'release' });
+      if (!(err instanceof StoreUnavailableError) || performance.now() >= giveUpAt) {
+        deps.logger.warn({ requestId, err: (err as Error).message }, 'release given up; key stays claimed until its lease ends');
+        return;
+      }
+    }
   }
 }
