@@ -18,6 +18,11 @@ export class StoreUnavailableError extends Error {
   readonly code = 'IDEMP_STORE_UNAVAILABLE';
   readonly source: ErrorSource = 'store';
   readonly retryable = true;
+  /**
+   * The statement had been sent when the store failed (no answer in time, the connection lost meanwhile): it
+   * may have taken effect on the server with its reply lost. False: it never left (no connection, refused).
+   */
+  maybeApplied = false;
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = 'StoreUnavailableError';

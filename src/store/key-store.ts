@@ -7,6 +7,7 @@ import type {
 import { type ClaimRow, byKey, byTenantAndKey, claimLone, claimTenant, claimTenants } from './tenant-claim.js';
 import { commitOneKeptStatement, commitOneStatement, commitStatement, commitTenantsStatement } from './sql/commit.js';
 import { releaseStatement } from './sql/release.js';
+import { abandonFreshStatement, abandonTakeoverStatement } from './sql/abandon.js';
 import { markUnknownStatement } from './sql/mark-unknown.js';
 import { extendStatement } from './sql/extend.js';
 import { getStatement } from './sql/get.js';
@@ -125,6 +126,16 @@ export class KeyStore {
 
   async release(tenantId: string, key: string, ownerToken: string): Promise<void> {
     await this.at(tenantId).query(releaseStatement, [tenantId, key, ownerToken]);
+  }
+
+  /**
+   * Gives back a claim whose reply was lost (src/store/sql/abandon.ts): `released` (the claim had inserted the
+   * key), `lease_ended` (it had taken an expired lease over), `none` (it never took effect, or was taken over).
+   */
+  async abandon(tenantId: string, key: string, ownerToken: string): Promise<'released' | 'lease_ended' | 'none'> {
+    const db = this.at(tenantId);
+    if ((await db.query(abandonFreshStatement, [tenantId, key, ownerToken])).length === 1) return 'released';
+    return (await db.query(abandonTakeoverStatement, [tenantId, key, ownerToken])).length === 1 ? 'lease_ended' : 'none';
   }
 
   /**

@@ -4,12 +4,13 @@ import type { RunningProxy } from '../../src/app.js';
 import { send } from '../helpers/http.js';
 import { streamed } from './helpers/client.js';
 import { answer, hold, startControlledUpstream, type ControlledUpstream } from './helpers/controlled-upstream.js';
+import { claimStatement } from '../../src/store/sql/claim.js';
 import { commitOneStatement } from '../../src/store/sql/commit.js';
 import { startPgRelay } from './helpers/pg-relay.js';
 import { PROBLEM_BASE } from '../../src/http/problems.js';
 import { startThrowawayPostgres, type ThrowawayPostgres } from '../helpers/servers.js';
 import { sql } from '../helpers/db.js';
-import { startTestProxy } from '../helpers/proxy.js';
+import { startLoggedProxy, startTestProxy } from '../helpers/proxy.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
 // PostgreSQL stopped hard (pg_ctl stop -m immediate) and started again under
@@ -189,6 +190,32 @@ describe('PostgreSQL restarted under load', () => {
     const retry = await send(`${proxy.url}/strict/1`, { headers, body: '{"r":1}' });
     assert.equal(retry.status, 201);
     assert.equal(retry.headers['idempotent-replayed'], undefined);
+  });
+
+  // The claim statement reaches the server and commits, and its reply is lost: the request gets 503 and runs
+  // nothing, yet the key is claimed in its name. Given back at once, the retry runs; left, every retry would
+  // get 409 until the lease ended, and on this onExpiredLease: fail route then 409 outcome-unknown for good.
+  test('a claim that took effect but whose reply was lost is given back: the retry runs at once, nothing is left for an operator', async () => {
+    const relay = await startPgRelay(pgc.port);
+    const { proxy: p, lines } = await startLoggedProxy({ upstream: up.url, databaseUrl: `postgres://postgres@127.0.0.1:${relay.port}/postgres`, yaml: YAML });
+    try {
+      up.behave(answer());
+      const headers = { 'idempotency-key': 'pg-lost-claim', 'x-tenant': 'tenant-0' };
+      const lost = relay.loseNextReply(claimStatement.name);
+      const first = await send(`${p.url}/strict/1`, { headers, body: '{"c":1}' });
+      await lost;
+      assert.equal(first.status, 503);
+      assert.equal(first.json().type, `${PROBLEM_BASE}store-unavailable`);
+      const given = await waitFor('the lost claim to be given back', () =>
+        lines.find((l) => l.msg === 'a claim whose reply was lost was given back once the store answered'), 5000);
+      assert.equal(given.result, 'released', 'the claim had taken effect: the key was deleted');
+      const retry = await send(`${p.url}/strict/1`, { headers, body: '{"c":1}' });
+      assert.equal(retry.status, 201, 'the retry runs at once, not after the 2 s lease');
+      assert.equal(up.executions('pg-lost-claim'), 1);
+    } finally {
+      await p.close();
+      await relay.close();
+    }
   });
 
   test('a commit that took effect but whose reply was lost: the retried commit succeeds, the client gets its answer', async () => {

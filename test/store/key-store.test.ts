@@ -102,6 +102,32 @@ for (const backend of ['postgres', 'pglite', 'pgbouncer'] as Backend[]) for (con
       assert.equal((await store.claim(claimReq('k-rel'))).kind, 'claimed');
     });
 
+    test('abandon gives a claim back as it found the key: a new key deleted, the lease of a takeover ended, nothing else touched', async () => {
+      // A claim that inserted the key (attempt 1): deleted; the next claim is a first attempt.
+      const fresh = claimReq('k-abandon');
+      await store.claim(fresh);
+      assert.equal(await store.abandon('t1', 'k-abandon', randomUUID()), 'none', 'another owner token');
+      assert.equal(await store.abandon('t1', 'k-abandon', fresh.ownerToken), 'released');
+      assert.equal(await store.get('t1', 'k-abandon'), null);
+      assert.deepEqual(await store.claim(claimReq('k-abandon')), { kind: 'claimed', attempt: 1 });
+      // A claim that took an expired lease over (attempt 2): the row stays, its lease over, and the next claim
+      // takes it over as attempt 3, under the route's onExpiredLease, as it would have without that claim.
+      const crashed = claimReq('k-abandon-takeover', { leaseMs: 1 });
+      await store.claim(crashed);
+      await sleep(20);
+      const takeover = claimReq('k-abandon-takeover');
+      assert.deepEqual(await store.claim(takeover), { kind: 'claimed', attempt: 2 });
+      assert.equal(await store.abandon('t1', 'k-abandon-takeover', takeover.ownerToken), 'lease_ended');
+      assert.equal((await store.get('t1', 'k-abandon-takeover'))?.state, 'in_flight');
+      assert.deepEqual(await store.claim(claimReq('k-abandon-takeover')), { kind: 'claimed', attempt: 3 });
+      // A completed key is never touched.
+      const done = claimReq('k-abandon-done');
+      await store.claim(done);
+      await store.commit({ tenantId: 't1', key: 'k-abandon-done', ownerToken: done.ownerToken, response });
+      assert.equal(await store.abandon('t1', 'k-abandon-done', done.ownerToken), 'none');
+      assert.equal((await store.get('t1', 'k-abandon-done'))?.state, 'complete');
+    });
+
     test('expired lease: reexecute takes over and fences the old owner out', async () => {
       const first = claimReq('k-lease', { leaseMs: 1 });
       await store.claim(first);

@@ -9,6 +9,7 @@ import { extendStatement } from '../../src/store/sql/extend.js';
 import { getStatement } from '../../src/store/sql/get.js';
 import { purgeStatement } from '../../src/store/sql/purge.js';
 import { releaseStatement } from '../../src/store/sql/release.js';
+import { abandonFreshStatement, abandonTakeoverStatement } from '../../src/store/sql/abandon.js';
 import { markUnknownStatement } from '../../src/store/sql/mark-unknown.js';
 import { sweepDeleteStatement } from '../../src/store/sql/sweep.js';
 import { claimToken } from '../../src/store/claim-token.js';
@@ -40,6 +41,8 @@ const cases: Array<[string, Statement, unknown[]]> = [
   ['extend', extendStatement, ['t', 'a', randomUUID(), 60_000]],
   ['get', getStatement, ['t', 'a', true]],
   ['release', releaseStatement, ['t', 'a', randomUUID()]],
+  ['abandon a lost claim: a new key', abandonFreshStatement, ['t', 'a', randomUUID()]],
+  ['abandon a lost claim: a takeover', abandonTakeoverStatement, ['t', 'a', randomUUID()]],
   ['mark outcome unknown (probe)', markUnknownStatement, ['t', 'a', randomUUID()]],
   ['purge', purgeStatement, ['t', 'a']],
   ['sweeper delete', sweepDeleteStatement, ['t', keys]],

@@ -1,11 +1,12 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { StoreUnavailableError, type UpstreamError } from '../../errors.js';
 import { Problems, problemRecord, upstreamProblem } from '../../http/problems.js';
 import type { Recording } from '../../proxy/record-handler.js';
 import { asReference } from '../../proxy/reference.js';
-import type { ClaimRequest, StoredResponse } from '../../store/records.js';
+import type { StoredResponse } from '../../store/records.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
+import { giveBackLater } from '../give-back.js';
+import { storeBackoffMs, storePatienceMs } from '../store-patience.js';
 import { DONE, problem, type Phase, type Verdict } from '../verdict.js';
 
 // Phase "commit | release": what the upstream exchange binds to the key.
@@ -14,14 +15,8 @@ import { DONE, problem, type Phase, type Verdict } from '../verdict.js';
 // when it happened: not sent → released; sent with an unknown outcome →
 // a 502/504 problem stored (onUnknownOutcome: store) or the key released.
 
-// A store outage during the commit: the upstream has already run, so the
-// record is worth waiting for. Nobody can take the key over while the store
-// is down, and the commit is fenced by the owner token, so retrying is safe
-// for as long as the lease would have held the key (at least 30 s); giving
-// up early loses the record and lets a retry run the operation again.
-const COMMIT_BACKOFF_MS = [100, 200, 400, 800];
-const COMMIT_BACKOFF_MAX_MS = 1000;
-const COMMIT_PATIENCE_MIN_MS = 30_000;
+// A store outage during the commit is retried (src/lifecycle/store-patience.ts):
+// the upstream has already run, so the record is worth waiting for.
 
 export const commitPhase: Phase = {
   name: 'commit',
@@ -92,7 +87,7 @@ async function failedBeforeResponse(deps: LifecycleDeps, ctx: RequestContext, e:
 async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredResponse, last: Buffer | null): Promise<Verdict> {
   const claim = ctx.claim!;
   const t0 = performance.now();
-  const giveUpAt = t0 + Math.max(claim.leaseMs, COMMIT_PATIENCE_MIN_MS);
+  const giveUpAt = t0 + storePatienceMs(claim.leaseMs);
   // Traced and sampled: the record keeps this execution's trace context, for its replays' links (withTrace).
   // The commit's span is made when the round trip has ended, from its clock readings (as the claim's,
   // src/lifecycle/phases/claim.ts).
@@ -112,7 +107,7 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
         deps.logger.error({ requestId: ctx.requestId, err: (err as Error).message }, 'commit failed; the client gets no complete response');
         return { kind: 'cut', outcome: outage ? 'store_error' : 'internal_error', detail: `record could not be committed: ${(err as Error).message}` };
       }
-      await new Promise((r) => setTimeout(r, COMMIT_BACKOFF_MS[i] ?? COMMIT_BACKOFF_MAX_MS));
+      await new Promise((r) => setTimeout(r, storeBackoffMs(i)));
     }
   }
   const t1 = performance.now();
@@ -136,8 +131,8 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
 
 /**
  * Frees the key (fenced by the owner token), so a retry runs again. A store outage does not hold the request:
- * the release is retried in the background (releaseLater). Any other failure leaves the key claimed until its
- * lease ends.
+ * the release is retried in the background (src/lifecycle/give-back.ts). Any other failure leaves the key
+ * claimed until its lease ends.
  */
 export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise<void> {
   const claim = ctx.claim!;
@@ -152,38 +147,11 @@ export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise
     deps.metrics.storeErrors.inc({ op: 'release' });
     if (err instanceof StoreUnavailableError) {
       deps.logger.warn({ requestId: ctx.requestId, err: err.message }, 'release failed; retried in the background while the store is down');
-      void releaseLater(deps, ctx.requestId, claim);
+      giveBackLater(deps, ctx.requestId, claim, 'release');
     } else {
       deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release failed; key stays claimed until its lease ends');
     }
   } finally {
     ctx.storeMs += performance.now() - t0;
-  }
-}
-
-/**
- * A release the store could not take, retried after the request was answered, with the commit's backoff and
- * patience. The key is known not to bind an answer (nothing was sent, or the answer was one the route
- * releases on); left claimed, its lease would end with nobody to release it, and on an `onExpiredLease: fail`
- * route the next retry would find an outcome_unknown key for an operator to resolve. Fenced by the owner token
- * and the in_flight state: once another claim took the key over, or made it outcome_unknown, the release
- * changes nothing. Timers do not hold the process open; a shutdown ends the retries (the lease then decides).
- */
-async function releaseLater(deps: LifecycleDeps, requestId: string, claim: ClaimRequest): Promise<void> {
-  const giveUpAt = performance.now() + Math.max(claim.leaseMs, COMMIT_PATIENCE_MIN_MS);
-  for (let i = 0; ; i++) {
-    await sleep(COMMIT_BACKOFF_MS[i] ?? COMMIT_BACKOFF_MAX_MS, undefined, { ref: false });
-    try {
-      await deps.store.release(claim.tenantId, claim.key, claim.ownerToken);
-      deps.cache?.forget(claim.tenantId, claim.key);
-      deps.logger.info({ requestId, attempts: i + 2 }, 'key released once the store answered');
-      return;
-    } catch (err) {
-      deps.metrics.storeErrors.inc({ op: 'release' });
-      if (!(err instanceof StoreUnavailableError) || performance.now() >= giveUpAt) {
-        deps.logger.warn({ requestId, err: (err as Error).message }, 'release given up; key stays claimed until its lease ends');
-        return;
-      }
-    }
   }
 }

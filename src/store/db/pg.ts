@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { acquire, bounded, release } from './pg-bounded.js';
 import { StoreTimeoutError, isUnavailable, wrap } from './pg-errors.js';
-import type { Db, Queryable, Statement } from './port.js';
+import { StoreUnavailableError, type Db, type Queryable, type Statement } from './port.js';
 import { maskUrl } from '../../config/mask.js';
 
 export { isUnavailable } from './pg-errors.js';
@@ -92,6 +92,8 @@ export function createPgDb(opts: PgDbOptions): Db {
       return (await bounded(client, config(stmt, values), left)).rows as R[];
     } catch (err) {
       failure = err;
+      // Sent: it may have taken effect, its reply lost (a claim that did is given back: src/lifecycle/give-back.ts).
+      if (err instanceof StoreUnavailableError) err.maybeApplied = true;
       throw err;
     } finally {
       release(client, failure);
