@@ -15,7 +15,8 @@ import { storeBackoffMs, storePatienceMs } from './store-patience.js';
 //   upstream answered a status the route releases on): KeyStore.release.
 // - `abandon`: a claim whose reply was lost may have claimed the key for a
 //   request answered 503 without running anything: KeyStore.abandon gives it
-//   back as the claim found it.
+//   back as the claim found it. Not found, it is looked for again now and then
+//   for as long as the lease would matter: the claim may commit late.
 //
 // Retried with the commit's backoff and patience (src/lifecycle/store-patience.ts).
 // Both are fenced by the owner token and the in_flight state: once another
@@ -29,20 +30,32 @@ export function giveBackLater(deps: LifecycleDeps, requestId: string, claim: Cla
   void retry(deps, requestId, claim, how);
 }
 
+/** Between checks for a lost claim not found (yet): doubling from 1 s to this. */
+const RECHECK_MAX_MS = 8000;
+
 async function retry(deps: LifecycleDeps, requestId: string, claim: ClaimRequest, how: GiveBack): Promise<void> {
   const giveUpAt = performance.now() + storePatienceMs(claim.leaseMs);
+  let recheckMs = 0;
   for (let i = 0; ; i++) {
-    await sleep(storeBackoffMs(i), undefined, { ref: false });
+    await sleep(recheckMs > 0 ? recheckMs : storeBackoffMs(i), undefined, { ref: false });
     try {
       if (how === 'release') {
         await deps.store.release(claim.tenantId, claim.key, claim.ownerToken);
         deps.cache?.forget(claim.tenantId, claim.key);
         deps.logger.info({ requestId, attempts: i + 2 }, 'key released once the store answered');
-      } else {
-        const result = await deps.store.abandon(claim.tenantId, claim.key, claim.ownerToken);
-        if (result !== 'none') deps.logger.info({ requestId, attempts: i + 2, result }, 'a claim whose reply was lost was given back once the store answered');
+        return;
       }
-      return;
+      const result = await deps.store.abandon(claim.tenantId, claim.key, claim.ownerToken);
+      if (result !== 'none') {
+        deps.logger.info({ requestId, attempts: i + 2, result }, 'a claim whose reply was lost was given back once the store answered');
+        return;
+      }
+      // Not found: the claim never took effect, or has not yet. A statement the proxy stopped waiting for can
+      // still be running on the server (waiting on a lock, or for its commit to reach the disk) and commit
+      // later, up to statement_timeout after it was sent; its row is invisible until then. Checked again, at
+      // growing intervals, for as long as the key's lease would matter.
+      if (performance.now() >= giveUpAt) return;
+      recheckMs = recheckMs === 0 ? 1000 : Math.min(recheckMs * 2, RECHECK_MAX_MS);
     } catch (err) {
       deps.metrics.storeErrors.inc({ op: 'release' });
       if (!(err instanceof StoreUnavailableError) || performance.now() >= giveUpAt) {

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import pg from 'pg';
 import { after, before, describe, test } from 'node:test';
 import type { RunningProxy } from '../../src/app.js';
 import { send } from '../helpers/http.js';
@@ -215,6 +216,37 @@ describe('PostgreSQL restarted under load', () => {
     } finally {
       await p.close();
       await relay.close();
+    }
+  });
+
+  // A claim that outlives store.timeout on the server: it waits for a row lock (another session inserted the
+  // same key and has not committed), the proxy stops waiting and answers 503, and the claim commits once the
+  // lock is gone. Not there yet when first looked for, it is looked for again, found and given back.
+  test('a claim that commits after the proxy stopped waiting for it is given back too: the retry runs', async () => {
+    const { proxy: p, lines } = await startLoggedProxy({ upstream: up.url, databaseUrl: pgc.url, yaml: YAML.replace('store: { poolSize: 4 }', 'store: { poolSize: 4, timeout: 1s }') });
+    const blocker = new pg.Client({ connectionString: pgc.url });
+    await blocker.connect();
+    try {
+      up.behave(answer());
+      const k = 'pg-late-claim';
+      const headers = { 'idempotency-key': k, 'x-tenant': 'tenant-0' };
+      await blocker.query('BEGIN');
+      await blocker.query(`INSERT INTO idempotency_keys (tenant_id, idem_key, fingerprint, state, expires_at)
+                           VALUES ('tenant-0', $1, '\\x00', 'complete', now() + interval '1 hour')`, [k]);
+      const first = await send(`${p.url}/strict/1`, { headers, body: '{"l":1}' });
+      assert.equal(first.status, 503, 'the claim waits on the lock past store.timeout');
+      await sleep(1500); // looked for at least once meanwhile, and not found: it has not committed
+      await blocker.query('ROLLBACK'); // the claim goes on, and commits
+      const given = await waitFor('the late claim to be given back', () =>
+        lines.find((l) => l.msg === 'a claim whose reply was lost was given back once the store answered'), 10_000);
+      assert.equal(given.result, 'released');
+      assert.ok(Number(given.attempts) > 2, `found on a later look (attempt ${String(given.attempts)})`);
+      const retry = await send(`${p.url}/strict/1`, { headers, body: '{"l":1}' });
+      assert.equal(retry.status, 201);
+      assert.equal(up.executions(k), 1);
+    } finally {
+      await blocker.end().catch(() => {});
+      await p.close();
     }
   });
 
