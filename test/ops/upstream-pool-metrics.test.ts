@@ -9,8 +9,8 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { metric, metricsText } from '../helpers/metrics.js';
 import { startTestProxy } from '../helpers/proxy.js';
-import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { sleep, waitFor } from '../helpers/wait.js';
+import { oneConnectionYaml, startDownloadUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { waitFor } from '../helpers/wait.js';
 
 let db: TestDatabase;
 let upstream: TestUpstream;
@@ -19,26 +19,8 @@ const hits = (path: string): number => upstream.received.filter((r) => r.url ===
 
 before(async () => {
   db = await createTestDatabase();
-  upstream = await startUpstream(async (req, n, res) => {
-    if (req.url !== '/download') return jsonResponder(201)(req, n, res);
-    res.writeHead(200, { 'content-type': 'application/octet-stream' });
-    for (let i = 0; i < 16; i++) {
-      res.write(Buffer.alloc(16, i));
-      await sleep(100);
-    }
-    res.end();
-  });
-  proxy = await startTestProxy({
-    upstream: upstream.url,
-    databaseUrl: db.url,
-    yaml: [
-      'upstream: { timeout: 5s, connections: 1 }',
-      'routes:',
-      '  - { name: orders, match: { path: /orders/** }, tenant: { constant: t } }',
-      '  - { name: files, match: { path: /download }, mode: passthrough }',
-      '',
-    ].join('\n'),
-  });
+  upstream = await startDownloadUpstream();
+  proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: oneConnectionYaml('5s') });
 });
 after(async () => {
   await proxy?.close();

@@ -7,10 +7,10 @@ import assert from 'node:assert/strict';
 import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
-import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { DOWNLOAD_BYTES, jsonResponder, oneConnectionYaml, startDownloadUpstream, startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { problemType } from './support.js';
 import { type LogLine, startLoggedProxy } from '../helpers/proxy.js';
-import { sleep, waitFor } from '../helpers/wait.js';
+import { waitFor } from '../helpers/wait.js';
 
 const YAML = `
 upstream: { timeout: 400ms }
@@ -141,28 +141,8 @@ describe('upstream.timeout includes the wait for a connection to the upstream', 
 
   before(async () => {
     db = await createTestDatabase();
-    upstream = await startUpstream(async (req, n, res) => {
-      if (req.url !== '/download') return jsonResponder(201)(req, n, res);
-      res.writeHead(200, { 'content-type': 'application/octet-stream' });
-      for (let i = 0; i < 16; i++) {
-        res.write(Buffer.alloc(16, i));
-        await sleep(100);
-      }
-      res.end();
-    });
-    ({ proxy, lines } = await startLoggedProxy({
-      upstream: upstream.url,
-      databaseUrl: db.url,
-      yaml: [
-        'upstream: { timeout: 400ms, connections: 1 }',
-        'defaults:',
-        '  tenant: { constant: t }',
-        'routes:',
-        '  - { name: orders, match: { path: /orders/** } }',
-        '  - { name: files, match: { path: /download }, mode: passthrough }',
-        '',
-      ].join('\n'),
-    }));
+    upstream = await startDownloadUpstream();
+    ({ proxy, lines } = await startLoggedProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: oneConnectionYaml('400ms') }));
   });
   after(async () => {
     await proxy?.close();
@@ -186,7 +166,7 @@ describe('upstream.timeout includes the wait for a connection to the upstream', 
     assert.equal(line.outcome, 'upstream_error');
     assert.equal(line.released, true);
     assert.match(String(line.detail), /no connection to the upstream became free within upstream\.timeout/);
-    assert.equal((await download).body.length, 256);
+    assert.equal((await download).body.length, DOWNLOAD_BYTES);
     // The waiting request got its connection once the download ended, and was dropped unsent: a request sent
     // after it, on the same one connection, is answered only after that.
     assert.equal((await send(`${proxy.url}/download`, { method: 'GET' })).status, 200);
