@@ -1,10 +1,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { TimeoutSignal, UpstreamError } from '../errors.js';
+import { TimeoutSignal, type UpstreamError } from '../errors.js';
 import { dispatch } from './forward.js';
 import { clientResponseHeadersRaw } from './headers.js';
 import { RelayHandler, type RelaySink } from './relay-handler.js';
-import { classify, type Upstream } from './upstream.js';
+import { classify, droppedUnsent, noConnectionInTime, type Upstream } from './upstream.js';
 
 // The record handler: an undici dispatch handler for a request that owns its
 // key. The answer streams to the client as it arrives while its body is
@@ -137,7 +137,7 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
    */
   onConnect(abort: (err?: Error) => void): void {
     this.abort = abort;
-    if (this.ended) abort(new UpstreamError('not_sent', 'dropped unsent: upstream.timeout ran out while it waited for a connection'));
+    if (this.ended) abort(droppedUnsent());
   }
 
   /** upstream.timeout ran out: the request is cut off, or, not yet written, never will be. */
@@ -149,7 +149,7 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
     }
     // Still waiting for a connection to the upstream: not a byte of it was sent (onConnect has not run).
     this.finish();
-    this.recorder.end(this, new UpstreamError('not_sent', `no connection to the upstream became free within upstream.timeout (${this.timeoutMs} ms): the request was not sent`));
+    this.recorder.end(this, noConnectionInTime(this.timeoutMs));
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {

@@ -4,7 +4,7 @@ import type { TenantSource } from '../config/types.js';
 import type { StoredResponse } from '../store/records.js';
 import { REFERENCE_RECORD_HEADER, reservedEntry } from './headers.js';
 import { RelayHandler, type RelaySink } from './relay-handler.js';
-import { classify, type Upstream, type UpstreamError } from './upstream.js';
+import { classify, droppedUnsent, noConnectionInTime, TimeoutSignal, type Upstream, type UpstreamError } from './upstream.js';
 
 // Reference records (`record: reference`, docs/storage.md, Record kinds): a
 // 2xx answer with a Location on the upstream's own origin is stored as its
@@ -80,24 +80,61 @@ export type Fetched =
 /** The head of the replay for a 2xx GET answer: the replay's status and headers, from the GET's raw header lines. */
 export type ReferenceHead = (current: readonly Buffer[]) => { readonly status: number; readonly headers: string[] };
 
+function timedOut(h: ReferenceHandler): void {
+  h.timer = null;
+  h.timedOut();
+}
+
 /**
  * The GET's dispatch handler: a 2xx answer goes to the client through a
  * RelayHandler (straight into the response, with backpressure) under the
- * head `head` builds; any other status is read and dropped.
+ * head `head` builds; any other status is read and dropped. upstream.timeout
+ * bounds the wait for the answer's status line, the wait for a connection
+ * included, with a timer of the proxy's own (as the record handler's); the
+ * body, relayed, is bounded by undici's body timeout (each pause in it).
  */
 class ReferenceHandler implements Dispatcher.DispatchHandler, RelaySink<null> {
+  timer: NodeJS.Timeout | null;
   private relay: RelayHandler<null> | null = null;
   private abort: ((err?: Error) => void) | null = null;
   private status = 0;
+  /** Answered (upstream.timeout ran out before a connection came): nothing more is reported. */
+  private ended = false;
 
-  constructor(private readonly res: ServerResponse, private readonly replayHead: ReferenceHead, private readonly done: (f: Fetched) => void) {}
+  constructor(
+    private readonly res: ServerResponse, private readonly replayHead: ReferenceHead, private readonly done: (f: Fetched) => void,
+    private readonly timeoutMs: number,
+  ) {
+    this.timer = setTimeout(timedOut, timeoutMs, this);
+  }
 
   onConnect(abort: (err?: Error) => void): void {
     this.abort = abort;
+    if (this.ended) abort(droppedUnsent());
+  }
+
+  /** upstream.timeout ran out before the status line: the GET is cut off, or, not yet written, never will be. */
+  timedOut(): void {
+    const abort = this.abort;
+    if (abort !== null) {
+      abort(new TimeoutSignal(this.timeoutMs));
+      return;
+    }
+    this.ended = true;
+    this.done({ kind: 'failed', error: noConnectionInTime(this.timeoutMs) });
+  }
+
+  private settled(): void {
+    const timer = this.timer;
+    if (timer !== null) {
+      this.timer = null;
+      clearTimeout(timer);
+    }
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
     if (statusCode < 200) return true;
+    this.settled();
     if (statusCode > 299) {
       this.status = statusCode;
       return true;
@@ -118,6 +155,8 @@ class ReferenceHandler implements Dispatcher.DispatchHandler, RelaySink<null> {
   }
 
   onError(err: Error): void {
+    if (this.ended) return; // our own abort of a GET answered already
+    this.settled();
     if (this.relay !== null) this.relay.onError(err);
     else this.done({ kind: 'failed', error: classify(err) });
   }
@@ -134,7 +173,8 @@ class ReferenceHandler implements Dispatcher.DispatchHandler, RelaySink<null> {
  * GET `path` from the upstream with the duplicate's credential headers
  * (Authorization and the one its tenant came from: same tenant, same value), its Accept, and the
  * replay's request id; a 2xx answer is relayed into `res` under `head`.
- * undici's headers and body timeouts (upstream.timeout each) bound it.
+ * upstream.timeout bounds it until the status line (ReferenceHandler), then
+ * undici's body timeout each pause in the body.
  * Redirects are not followed.
  */
 export function relayReference(
@@ -149,7 +189,7 @@ export function relayReference(
   const accept = req.accept;
   if (accept !== undefined) headers.push('accept', accept);
   return new Promise<Fetched>((resolve) => {
-    const handler = new ReferenceHandler(res, head, resolve);
+    const handler = new ReferenceHandler(res, head, resolve, upstream.timeoutMs);
     try {
       upstream.pool.dispatch({ origin: upstream.origin, path, method: 'GET', headers }, handler);
     } catch (err) {

@@ -36,6 +36,20 @@ export function classify(err: unknown): UpstreamError {
   return new UpstreamError('reset', `upstream connection failed after the request was sent (${code ?? e?.message ?? 'unknown error'})`, { cause: err });
 }
 
+/**
+ * upstream.timeout ran out while the request waited for a connection to the upstream (every one busy, or its
+ * own still opening): not a byte of it was sent. When a connection comes, the request is dropped unsent
+ * (droppedUnsent): its dispatch handler aborts it in onConnect, which undici calls right before writing.
+ */
+export function noConnectionInTime(timeoutMs: number): UpstreamError {
+  return new UpstreamError('not_sent', `no connection to the upstream became free within upstream.timeout (${timeoutMs} ms): the request was not sent`);
+}
+
+/** The abort of a request answered already (noConnectionInTime) once undici has a connection for it. */
+export function droppedUnsent(): UpstreamError {
+  return new UpstreamError('not_sent', 'dropped unsent: upstream.timeout ran out while it waited for a connection');
+}
+
 export interface Upstream {
   readonly pool: Dispatcher;
   readonly origin: string;

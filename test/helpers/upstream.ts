@@ -70,12 +70,12 @@ export const DOWNLOAD_BYTES = 256;
 
 /**
  * An upstream whose GET /download streams 16 chunks of 16 bytes, one every 100 ms (1.6 s, never idle long
- * enough for a body timeout), and that answers anything else 201 at once. Behind a proxy with one upstream
- * connection (oneConnectionYaml), a download holds it while other requests wait for it.
+ * enough for a body timeout), and that answers anything else with `other` (201 at once). Behind a proxy with
+ * one upstream connection (oneConnectionYaml), a download holds it while other requests wait for it.
  */
-export function startDownloadUpstream(): Promise<TestUpstream> {
+export function startDownloadUpstream(other: Responder = jsonResponder(201)): Promise<TestUpstream> {
   return startUpstream(async (req, n, res) => {
-    if (req.url !== '/download') return jsonResponder(201)(req, n, res);
+    if (req.url !== '/download') return other(req, n, res);
     res.writeHead(200, { 'content-type': 'application/octet-stream' });
     for (let i = 0; i < DOWNLOAD_BYTES / 16; i++) {
       res.write(Buffer.alloc(16, i));
@@ -85,13 +85,16 @@ export function startDownloadUpstream(): Promise<TestUpstream> {
   });
 }
 
-/** The proxy's config for startDownloadUpstream(): one upstream connection, `/orders/**` idempotent, `/download` passed through. */
-export const oneConnectionYaml = (timeout: string): string => [
+/**
+ * The proxy's config for startDownloadUpstream(): one upstream connection, `/orders/**` idempotent (with the
+ * route settings in `orders`, e.g. `record: reference`), `/download` passed through.
+ */
+export const oneConnectionYaml = (timeout: string, orders = ''): string => [
   `upstream: { timeout: ${timeout}, connections: 1 }`,
   'defaults:',
   '  tenant: { constant: t }',
   'routes:',
-  '  - { name: orders, match: { path: /orders/** } }',
+  `  - { name: orders, match: { path: /orders/** }${orders === '' ? '' : `, ${orders}`} }`,
   '  - { name: files, match: { path: /download }, mode: passthrough }',
   '',
 ].join('\n');

@@ -14,8 +14,8 @@ import { REFERENCE_RECORD_HEADER } from '../../src/proxy/headers.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
 import { runCli, startTestProxy } from '../helpers/proxy.js';
-import { startUpstream, type Received, type TestUpstream } from '../helpers/upstream.js';
-import { sleep } from '../helpers/wait.js';
+import { DOWNLOAD_BYTES, oneConnectionYaml, startDownloadUpstream, startUpstream, type Received, type TestUpstream } from '../helpers/upstream.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 import { AUTH, YAML, assertNoReserved, headersFor, orderService, type Order } from './reference-service.js';
 import { problemType } from './support.js';
 
@@ -271,3 +271,50 @@ describe('record: reference with the tenant from its own header', () => {
     assert.equal(get.headers['x-account'], 'acct_7', 'the tenant\'s header');
   });
 });
+
+// The replay's GET waits for a connection like any upstream request: upstream.timeout bounds that wait and the
+// wait for the answer's status line, with the proxy's own timer. One upstream connection, held by a
+// pass-through download (1.6 s) while a replay's GET waits behind it.
+describe('record: reference, a replay while every upstream connection is busy', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let proxy: RunningProxy;
+  const hits = (method: string, path: string): number => upstream.received.filter((r) => r.method === method && r.url === path).length;
+
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startDownloadUpstream((req, _n, res) => {
+      res.writeHead(req.method === 'POST' ? 201 : 200, { 'content-type': 'application/json', ...(req.method === 'POST' ? { location: '/items/1' } : {}) });
+      res.end(JSON.stringify({ id: 1, fetched: req.method === 'GET' }));
+    });
+    proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: oneConnectionYaml('400ms', 'record: reference') });
+  });
+  after(async () => {
+    await proxy?.close();
+    await upstream?.close();
+    await db?.drop();
+  });
+
+  test('a GET that gets no connection within upstream.timeout: 502 reference-unavailable at the deadline, never sent; the next replay fetches', async () => {
+    const post = () => send(`${proxy.url}/orders/r-1`, { headers: { 'content-type': 'application/json', 'idempotency-key': 'r-1' }, body: '{}' });
+    assert.equal((await post()).status, 201);
+    const download = send(`${proxy.url}/download`, { method: 'GET' });
+    await waitFor('the download to hold the one connection', () => hits('GET', '/download') === 1);
+    const t0 = performance.now();
+    const replay = await post();
+    const waited = performance.now() - t0;
+    assert.equal(replay.status, 502);
+    assert.equal(problemType(replay), 'reference-unavailable');
+    assert.ok(waited < 1200, `answered at the deadline, not when the connection freed (${Math.round(waited)} ms)`);
+    assert.equal((await download).body.length, DOWNLOAD_BYTES);
+    // The GET waiting was dropped unsent when the download ended: a request sent after it is answered after that.
+    assert.equal((await send(`${proxy.url}/download`, { method: 'GET' })).status, 200);
+    assert.equal(hits('GET', '/items/1'), 0, 'the GET that waited too long never reached the upstream');
+    const again = await post();
+    assert.equal(again.status, 201);
+    assert.equal(again.headers['idempotent-replayed'], 'true');
+    assert.deepEqual(again.json(), { id: 1, fetched: true });
+    assert.equal(hits('POST', '/orders/r-1'), 1, 'the operation ran once');
+  });
+});
+
