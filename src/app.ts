@@ -30,6 +30,7 @@ import { tlsRefusals } from './ops/tls-refusals.js';
 import { readListenTls } from './config/tls-files.js';
 import type { LifecycleDeps } from './lifecycle/deps.js';
 import { startKeyCensus } from './admin/census.js';
+import { GiveBacks } from './lifecycle/give-back.js';
 import { KeyOperations } from './admin/keys.js';
 import type { StartedTracing } from './tracing/start.js';
 
@@ -128,6 +129,8 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     cleanups.push(() => (forcedShutdown ? upstream.pool.destroy() : upstream.close()));
     const cache: ReplayCache | null = await openCache(config, opts, metrics, logger);
     if (cache !== null) cleanups.push(() => cache.close());
+    const giveBacks = new GiveBacks(store, cache, logger, metrics);
+    cleanups.push(() => giveBacks.close());
     warnTradeOffs(config, logger);
 
     // Routes and policies are swapped whole on reload: a request reads the plans once, at its route phase.
@@ -142,7 +145,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     }
     const deps: LifecycleDeps = {
       get plans() { return live.plans; },
-      store, cache, upstream, logger, metrics, waiters: new Waiters(), budget, storeHealth: new StoreHealth(), tracing: tracing?.tracing ?? null,
+      store, cache, upstream, logger, metrics, waiters: new Waiters(), budget, storeHealth: new StoreHealth(), tracing: tracing?.tracing ?? null, giveBacks,
     };
     const handler = createHandler(deps);
     const sweeper = startSweeper(db, {

@@ -6,6 +6,7 @@ import type { RequestTracing } from '../tracing/spans.js';
 import type { KeyStore } from '../store/key-store.js';
 import type { StoreHealth } from './estimate.js';
 import type { MemoryBudget } from './budget.js';
+import type { GiveBacks } from './give-back.js';
 import type { Plans } from './plan.js';
 import type { Waiters } from './waiters.js';
 
@@ -25,4 +26,6 @@ export interface LifecycleDeps {
   readonly budget: MemoryBudget;
   /** Request spans (docs/operations.md, Tracing); null when tracing is off. */
   readonly tracing: RequestTracing | null;
+  /** Keys given back once the store answers again (src/lifecycle/give-back.ts). */
+  readonly giveBacks: GiveBacks;
 }

@@ -6,7 +6,6 @@ import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
 import { endChild } from '../../tracing/spans.js';
 import { INTERNAL } from '../../tracing/span.js';
-import { giveBackLater } from '../give-back.js';
 import { KeyHold } from '../hold.js';
 import { waiterId } from '../waiters.js';
 import { NEXT, problem, type Phase, type ProblemVerdict, type Verdict } from '../verdict.js';
@@ -51,7 +50,7 @@ export const claimPhase: Phase = {
       deps.storeHealth.down();
       // Sent and unanswered, the claim may have taken the key for this request, which runs nothing now: given
       // back once the store answers (src/lifecycle/give-back.ts).
-      if (err.maybeApplied) giveBackLater(deps, ctx.requestId, req, 'abandon');
+      if (err.maybeApplied) deps.giveBacks.add(ctx.requestId, req, 'abandon');
       return plan.strategy.storeDown(deps, ctx, err);
     }
     deps.storeHealth.up();
@@ -143,7 +142,7 @@ async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: Claim
       }
     } catch (err) {
       // A claim again that may have taken the key, its reply lost: given back, as the first claim's would be.
-      if (err instanceof StoreUnavailableError && err.maybeApplied) giveBackLater(deps, ctx.requestId, req, 'abandon');
+      if (err instanceof StoreUnavailableError && err.maybeApplied) deps.giveBacks.add(ctx.requestId, req, 'abandon');
       break; // keep the last answer: 409
     }
   }

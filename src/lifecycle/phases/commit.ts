@@ -5,7 +5,6 @@ import { asReference } from '../../proxy/reference.js';
 import type { StoredResponse } from '../../store/records.js';
 import type { RequestContext } from '../context.js';
 import type { LifecycleDeps } from '../deps.js';
-import { giveBackLater } from '../give-back.js';
 import { storeBackoffMs, storePatienceMs } from '../store-patience.js';
 import { DONE, problem, type Phase, type Verdict } from '../verdict.js';
 
@@ -147,7 +146,7 @@ export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise
     deps.metrics.storeErrors.inc({ op: 'release' });
     if (err instanceof StoreUnavailableError) {
       deps.logger.warn({ requestId: ctx.requestId, err: err.message }, 'release failed; retried in the background while the store is down');
-      giveBackLater(deps, ctx.requestId, claim, 'release');
+      deps.giveBacks.add(ctx.requestId, claim, 'release');
     } else {
       deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release failed; key stays claimed until its lease ends');
     }
