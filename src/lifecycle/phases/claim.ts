@@ -133,6 +133,8 @@ async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: Claim
         outcome = await deps.store.claim(req);
       } catch (err) {
         if (span !== null) endChild(span, err);
+        // A claim again that may have taken the key, its reply lost: given back, as the first claim's would be.
+        if (err instanceof StoreUnavailableError && err.maybeApplied) deps.giveBacks.add(ctx.requestId, req, 'abandon');
         throw err;
       }
       if (span !== null) {
@@ -140,9 +142,7 @@ async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: Claim
         span.setAttribute('idempotency.reclaim', true);
         endChild(span);
       }
-    } catch (err) {
-      // A claim again that may have taken the key, its reply lost: given back, as the first claim's would be.
-      if (err instanceof StoreUnavailableError && err.maybeApplied) deps.giveBacks.add(ctx.requestId, req, 'abandon');
+    } catch {
       break; // keep the last answer: 409
     }
   }
