@@ -1,10 +1,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
-import { TimeoutSignal, type UpstreamError } from '../errors.js';
+import type { UpstreamError } from '../errors.js';
 import { dispatch } from './forward.js';
 import { clientResponseHeadersRaw } from './headers.js';
 import { RelayHandler, type RelaySink } from './relay-handler.js';
-import { classify, droppedUnsent, noConnectionInTime, type Upstream } from './upstream.js';
+import { classify, cutOff, droppedUnsent, noConnectionInTime, type Upstream } from './upstream.js';
 
 // The record handler: an undici dispatch handler for a request that owns its
 // key. The answer streams to the client as it arrives while its body is
@@ -142,11 +142,7 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
 
   /** upstream.timeout ran out: the request is cut off, or, not yet written, never will be. */
   timedOut(): void {
-    const abort = this.abort;
-    if (abort !== null) {
-      abort(new TimeoutSignal(this.timeoutMs));
-      return;
-    }
+    if (cutOff(this.abort, this.timeoutMs)) return;
     // Still waiting for a connection to the upstream: not a byte of it was sent (onConnect has not run).
     this.finish();
     this.recorder.end(this, noConnectionInTime(this.timeoutMs));

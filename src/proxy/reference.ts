@@ -4,7 +4,7 @@ import type { TenantSource } from '../config/types.js';
 import type { StoredResponse } from '../store/records.js';
 import { REFERENCE_RECORD_HEADER, reservedEntry } from './headers.js';
 import { RelayHandler, type RelaySink } from './relay-handler.js';
-import { classify, droppedUnsent, noConnectionInTime, TimeoutSignal, type Upstream, type UpstreamError } from './upstream.js';
+import { classify, cutOff, droppedUnsent, noConnectionInTime, type Upstream, type UpstreamError } from './upstream.js';
 
 // Reference records (`record: reference`, docs/storage.md, Record kinds): a
 // 2xx answer with a Location on the upstream's own origin is stored as its
@@ -115,11 +115,7 @@ class ReferenceHandler implements Dispatcher.DispatchHandler, RelaySink<null> {
 
   /** upstream.timeout ran out before the status line: the GET is cut off, or, not yet written, never will be. */
   timedOut(): void {
-    const abort = this.abort;
-    if (abort !== null) {
-      abort(new TimeoutSignal(this.timeoutMs));
-      return;
-    }
+    if (cutOff(this.abort, this.timeoutMs)) return;
     this.ended = true;
     this.done({ kind: 'failed', error: noConnectionInTime(this.timeoutMs) });
   }

@@ -45,6 +45,16 @@ export function noConnectionInTime(timeoutMs: number): UpstreamError {
   return new UpstreamError('not_sent', `no connection to the upstream became free within upstream.timeout (${timeoutMs} ms): the request was not sent`);
 }
 
+/**
+ * upstream.timeout ran out for a dispatch: cuts it off (TimeoutSignal) when it was written (`abort`, from
+ * onConnect, is set) and says so; false: it never was, and never will be (noConnectionInTime).
+ */
+export function cutOff(abort: ((err?: Error) => void) | null, timeoutMs: number): boolean {
+  if (abort === null) return false;
+  abort(new TimeoutSignal(timeoutMs));
+  return true;
+}
+
 /** The abort of a request answered already (noConnectionInTime) once undici has a connection for it. */
 export function droppedUnsent(): UpstreamError {
   return new UpstreamError('not_sent', 'dropped unsent: upstream.timeout ran out while it waited for a connection');
