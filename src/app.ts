@@ -130,6 +130,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     const cache: ReplayCache | null = await openCache(config, opts, metrics, logger);
     if (cache !== null) cleanups.push(() => cache.close());
     const giveBacks = new GiveBacks(store, cache, logger, metrics);
+    metrics.keysToGiveBack.watch(() => giveBacks.size);
     cleanups.push(() => giveBacks.close());
     warnTradeOffs(config, logger);
 

@@ -38,6 +38,8 @@ export interface Metrics {
   readonly tracingSpansLost: FastCounter<'cause'>;
   /** The upstream connection pool, read when scraped. */
   readonly upstreamPool: UpstreamPoolGauges;
+  /** Keys waiting to be given back once the store answers (src/lifecycle/give-back.ts), read when scraped. */
+  readonly keysToGiveBack: SampledGauge;
   /** Set by the key census (src/admin/census.ts), not per request. */
   readonly keyCensus: KeyCensusGauges;
 }
@@ -158,6 +160,7 @@ export function createMetrics(opts: { processMetrics?: boolean } = {}): Metrics 
     tlsRefused: new FastCounter({ name: 'idempotency_proxy_tls_handshakes_refused_total', help: 'TLS handshakes the listener refused or that did not finish, by reason', labelNames: ['reason'], registers }),
     tracingSpansLost: new FastCounter({ name: 'idempotency_proxy_tracing_spans_lost_total', help: 'Spans tracing dropped: queue_full (OTEL_BSP_MAX_QUEUE_SIZE spans not yet exported), export_failed (the collector refused or did not answer)', labelNames: ['cause'], registers }),
     upstreamPool: new UpstreamPoolGauges(registers),
+    keysToGiveBack: new SampledGauge({ name: 'idempotency_proxy_keys_to_give_back', help: 'Keys waiting to be given back once the key store answers: releases and lost claims of requests that ran nothing', registers }),
     keyCensus: new KeyCensusGauges(registers),
   };
 }

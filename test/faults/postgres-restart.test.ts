@@ -11,6 +11,7 @@ import { startPgRelay } from './helpers/pg-relay.js';
 import { PROBLEM_BASE } from '../../src/http/problems.js';
 import { startThrowawayPostgres, type ThrowawayPostgres } from '../helpers/servers.js';
 import { sql } from '../helpers/db.js';
+import { metric, metricsText } from '../helpers/metrics.js';
 import { startLoggedProxy, startTestProxy } from '../helpers/proxy.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
@@ -183,10 +184,12 @@ describe('PostgreSQL restarted under load', () => {
     ex.respond(429, '{"error":"slow down"}');
     const first = await s;
     assert.equal(first.status, 429, 'the upstream\'s refusal, relayed unrecorded');
+    assert.equal(metric(await metricsText(proxy.adminUrl), 'idempotency_proxy_keys_to_give_back'), 1);
     await sleep(3000); // the store still down past the key's 2 s lease
     await pgc.start();
     await waitFor('the key to be released once the store is back', async () =>
       (await sql(pgc.url, 'SELECT 1 FROM idempotency_keys WHERE idem_key = $1', [k])).length === 0, 10_000);
+    await waitFor('nothing left to give back', async () => metric(await metricsText(proxy.adminUrl), 'idempotency_proxy_keys_to_give_back') === 0);
     up.behave(answer());
     const retry = await send(`${proxy.url}/strict/1`, { headers, body: '{"r":1}' });
     assert.equal(retry.status, 201);
