@@ -58,6 +58,8 @@ export class GiveBacks {
   private closed = false;
   /** Store failures in a row: the whole queue waits storeBackoffMs(failures). */
   private failures = 0;
+  /** performance.now() before which nothing is tried: the store failed last time. */
+  private pausedUntil = 0;
   /** Keys taken off the queue by work() and not yet settled. */
   private inWork = 0;
 
@@ -94,6 +96,7 @@ export class GiveBacks {
     let next = Infinity;
     for (const p of this.queue) if (p.due < next) next = p.due;
     if (next === Infinity) return;
+    if (next < this.pausedUntil) next = this.pausedUntil;
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = setTimeout(() => {
       this.timer = null;
@@ -107,6 +110,7 @@ export class GiveBacks {
     this.working = true;
     try {
       const now = performance.now();
+      if (now < this.pausedUntil) return;
       const due = this.queue.filter((p) => p.due <= now);
       this.queue = this.queue.filter((p) => p.due > now);
       for (let i = 0; i < due.length; i++) {
@@ -116,14 +120,11 @@ export class GiveBacks {
         const r = await this.attempt(p);
         if (r === 'again') this.queue.push(p);
         else if (r === 'store_down') {
-          // This key and the rest wait together.
-          const at = performance.now() + storeBackoffMs(this.failures++);
+          // The whole queue waits, keys that came due meanwhile too: one try per wait, not one a key.
+          this.pausedUntil = performance.now() + storeBackoffMs(this.failures++);
           for (const rest of due.slice(i)) {
-            if (at >= rest.until) this.giveUp(rest, 'the key store did not answer');
-            else {
-              rest.due = at;
-              this.queue.push(rest);
-            }
+            if (this.pausedUntil >= rest.until) this.giveUp(rest, 'the key store did not answer');
+            else this.queue.push(rest);
           }
           return;
         }
