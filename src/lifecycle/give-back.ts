@@ -54,6 +54,8 @@ const RECHECK_MAX_MS = 8000;
 export class GiveBacks {
   private queue: Pending[] = [];
   private timer: NodeJS.Timeout | null = null;
+  /** When the timer fires (performance.now()). */
+  private timerAt = 0;
   private working = false;
   private closed = false;
   /** Store failures in a row: the whole queue waits storeBackoffMs(failures). */
@@ -78,7 +80,10 @@ export class GiveBacks {
   add(requestId: string, claim: ClaimRequest, how: GiveBack): void {
     if (this.closed) return;
     const now = performance.now();
-    this.queue.push({ requestId, claim, how, due: now + FIRST_TRY_MS, until: now + storePatienceMs(claim.leaseMs), tries: 0, recheckMs: 0 });
+    const due = now + FIRST_TRY_MS;
+    this.queue.push({ requestId, claim, how, due, until: now + storePatienceMs(claim.leaseMs), tries: 0, recheckMs: 0 });
+    // A timer set for this key's first try or earlier covers it: no scan of the whole queue per key added.
+    if (this.working || (this.timer !== null && this.timerAt <= due)) return;
     this.wake();
   }
 
@@ -98,6 +103,7 @@ export class GiveBacks {
     if (next === Infinity) return;
     if (next < this.pausedUntil) next = this.pausedUntil;
     if (this.timer !== null) clearTimeout(this.timer);
+    this.timerAt = next;
     this.timer = setTimeout(() => {
       this.timer = null;
       void this.work();

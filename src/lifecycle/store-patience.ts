@@ -7,8 +7,8 @@
 // and lets a retry run the operation again.
 
 /** The waits between attempts; then every STORE_BACKOFF_MAX_MS. */
-export const STORE_BACKOFF_MS: readonly number[] = [100, 200, 400, 800];
-export const STORE_BACKOFF_MAX_MS = 1000;
+const STORE_BACKOFF_MS: readonly number[] = [100, 200, 400, 800];
+const STORE_BACKOFF_MAX_MS = 1000;
 const STORE_PATIENCE_MIN_MS = 30_000;
 
 /** How long to keep trying for a key of lease `leaseMs`. */
