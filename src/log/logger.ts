@@ -124,7 +124,10 @@ export function createLogger(level: string, destination?: DestinationStream): Lo
   );
 }
 
-/** Keys appear in logs only as a short hash. */
+/** The length of keyHash()'s hashes: lower-case hex digits. */
+export const KEY_HASH_LENGTH = 12;
+
+/** Keys appear in logs (and spans) only as a short hash. */
 export function keyHash(tenantId: string, key: string): string {
-  return hash('sha256', `${tenantId}\u0000${key}`, 'hex').slice(0, 12);
+  return hash('sha256', `${tenantId}\u0000${key}`, 'hex').slice(0, KEY_HASH_LENGTH);
 }

@@ -14,9 +14,11 @@ export interface SpanEncoder {
   /**
    * Starts the span. `head`: its name, kind and small-set attributes, made by compileHead() (the server span's,
    * which share theirs with every request of the same route and result); without one the span's own name and
-   * kind are written.
+   * kind are written. `text`: the value of the head's text attribute, when compileHead() was given one (else
+   * ignored): exactly its length in ASCII characters, as a hashed key is; a character beyond ASCII, or one
+   * missing, is written as `?`, and characters past the length are left out.
    */
-  open(span: TraceSpan, endMs: number, head?: CompiledHead | null): void;
+  open(span: TraceSpan, endMs: number, head?: CompiledHead | null, text?: string | null): void;
   /**
    * Starts a child of `parent` that has already ended, with no TraceSpan of its own (a store round trip's span,
    * made when its round trip is over): its trace id and trace state are its parent's, its parent id is the
@@ -39,9 +41,11 @@ export interface SpanEncoder {
   attrCompiled(attr: CompiledAttr): void;
   /**
    * A span's name and kind with attributes whose values come from small sets (a method, a route name, an
-   * outcome, a status code), encoded once for open()'s head.
+   * outcome, a status code), encoded once for open()'s head; then `also` (an attribute compileAttr() encoded: a
+   * route's path), and last `text`, an attribute whose value open() is given with the head (a hashed key: the
+   * same length on every span, so that all of the attribute but its characters is encoded here).
    */
-  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledHead;
+  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>, also?: CompiledAttr | null, text?: HeadText | null): CompiledHead;
   link(ref: SpanLink, key: string, value: string): void;
   /** An error status with its message. */
   error(message: string): void;
@@ -55,6 +59,12 @@ export interface SpanEncoder {
 /** What an encoder's compileHead() returns: its own encoding of a span's name, kind and attributes, opaque to the rest. */
 export interface CompiledHead {
   readonly compiled: true;
+}
+
+/** A head's text attribute (SpanEncoder.compileHead): its name, encoded by key(), and its value's length in characters (short: name and value together under 120). */
+export interface HeadText {
+  readonly key: CompiledKey;
+  readonly length: number;
 }
 
 /** What an encoder's key() returns: an attribute name in its own encoding. */

@@ -1,4 +1,4 @@
-import { Clock, type CompiledAttr, type CompiledHead, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
+import { Clock, type CompiledAttr, type CompiledHead, type CompiledKey, type Envelope, type HeadText, type SpanEncoder } from './encoder.js';
 import { hex, type AttributeValue, type SpanLink, type TraceSpan } from './span.js';
 
 // OTLP/JSON (tracing.protocol: http/json): the same request as
@@ -13,11 +13,23 @@ function anyValue(value: AttributeValue): string {
   return Number.isInteger(value) ? `{"intValue":"${value}"}` : `{"doubleValue":${JSON.stringify(value)}}`;
 }
 
-/** What compileHead() returns here: the span's name and kind, and its attributes' JSON. */
+/** What compileHead() returns here: the span's name and kind, its attributes' JSON, and its text attribute's name and length (null: none). */
 interface Head extends CompiledHead {
   readonly name: string;
   readonly kind: number;
   readonly json: string;
+  readonly textKey: string | null;
+  readonly textLength: number;
+}
+
+/** A head's text attribute's value, as ProtobufSpans writes it: `n` characters, `?` for any beyond ASCII or missing. */
+function fixedAscii(s: string | null, n: number): string {
+  let out = '';
+  for (let i = 0; i < n; i++) {
+    const c = s !== null && i < s.length ? s.charCodeAt(i) : 0x3f;
+    out += String.fromCharCode(c < 0x80 ? c : 0x3f);
+  }
+  return out;
 }
 
 const keyValue = (key: string, value: AttributeValue): string => `{"key":${JSON.stringify(key)},"value":${anyValue(value)}}`;
@@ -42,10 +54,11 @@ export class JsonSpans implements SpanEncoder {
     return this.spans.length;
   }
 
-  open(span: TraceSpan, endMs: number, head: CompiledHead | null = null): void {
+  open(span: TraceSpan, endMs: number, head: CompiledHead | null = null, text: string | null = null): void {
     const h = head as Head | null;
     this.begin(span, span.s0, span.s1, span.p0, span.p1, span.remoteParent, span.start, endMs, h === null ? span.name : h.name, h === null ? span.kind : h.kind);
     this.attrText = h === null ? '' : h.json;
+    if (h !== null && h.textKey !== null) this.attr(h.textKey, fixedAscii(text, h.textLength));
     const attrs = span.attrs;
     if (attrs !== null) for (let i = 0; i < attrs.length; i += 2) this.attr(attrs[i] as string, attrs[i + 1]!);
   }
@@ -54,6 +67,7 @@ export class JsonSpans implements SpanEncoder {
     const h = head as Head;
     this.begin(parent, s0, s1, parent.s0, parent.s1, false, startMs, endMs, h.name, h.kind);
     this.attrText = h.json;
+    if (h.textKey !== null) this.attr(h.textKey, fixedAscii(null, h.textLength));
   }
 
   /** A span's fields but its attributes, link and status: the trace id and trace state of `trace`, the rest as given. */
@@ -92,8 +106,13 @@ export class JsonSpans implements SpanEncoder {
     this.attrText += (this.attrText === '' ? '' : ',') + json;
   }
 
-  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledHead {
-    const head: Head = { compiled: true, name, kind, json: attrs.map(([key, value]) => keyValue(key, value)).join(',') };
+  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>, also: CompiledAttr | null = null, text: HeadText | null = null): CompiledHead {
+    const parts = attrs.map(([key, value]) => keyValue(key, value));
+    if (also !== null) parts.push((also as CompiledAttr & { json: string }).json);
+    const head: Head = {
+      compiled: true, name, kind, json: parts.join(','),
+      textKey: text === null ? null : (text.key as CompiledKey & { name: string }).name, textLength: text === null ? 0 : text.length,
+    };
     return head;
   }
 

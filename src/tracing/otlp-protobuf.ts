@@ -1,4 +1,4 @@
-import { Clock, type CompiledAttr, type CompiledHead, type CompiledKey, type Envelope, type SpanEncoder } from './encoder.js';
+import { Clock, type CompiledAttr, type CompiledHead, type CompiledKey, type Envelope, type HeadText, type SpanEncoder } from './encoder.js';
 import type { AttributeValue, SpanLink, TraceSpan } from './span.js';
 
 // OTLP/protobuf: the export request (ExportTraceServiceRequest, from
@@ -66,6 +66,8 @@ const FLAGS_IS_REMOTE = 0x200;
  * byte on Node 20 (docs/tracing-cost.md, 2026-12-05, late morning).
  */
 const copyInto = Uint8Array.prototype.set;
+
+const QUESTION_MARK = 0x3f;
 
 const varintLength = (n: number): number => (n < 0x80 ? 1 : n < 0x4000 ? 2 : n < 0x200000 ? 3 : n < 0x10000000 ? 4 : 5);
 
@@ -136,6 +138,23 @@ class Wire {
     this.room(n);
     const p = this.pos;
     copyInto.call(this.buf, src, p);
+    this.pos = p + n;
+  }
+
+  /**
+   * `n` characters of `s`, one byte each, with no tag or length (a head's text attribute's value: its tag and
+   * lengths are in the head): a character beyond ASCII, or one past the end of `s`, is written as `?`, so the
+   * bytes written are always the `n` the head's lengths count.
+   */
+  ascii(s: string | null, n: number): void {
+    this.room(n);
+    const b = this.buf;
+    const p = this.pos;
+    const have = s === null ? 0 : s.length;
+    for (let i = 0; i < n; i++) {
+      const c = i < have ? s!.charCodeAt(i) : QUESTION_MARK;
+      b[p + i] = c < 0x80 ? c : QUESTION_MARK;
+    }
     this.pos = p + n;
   }
 
@@ -271,6 +290,16 @@ function encodeEnvelope(env: Envelope, keys: Keys): { resource: Buffer; scope: B
   return { resource: Buffer.from(r.buf.subarray(0, r.pos)), scope: Buffer.from(s.buf.subarray(0, s.pos)) };
 }
 
+/**
+ * What compileHead() returns here: the bytes open() copies in after a span's fixed fields, and the length of the
+ * text open() writes right after them (the value of the head's last attribute, whose tag and lengths end the
+ * bytes), -1 for none.
+ */
+class Head implements CompiledHead {
+  readonly compiled = true as const;
+  constructor(readonly bytes: Buffer, readonly textLength: number) {}
+}
+
 export class ProtobufSpans implements SpanEncoder {
   readonly contentType = 'application/x-protobuf';
   count = 0;
@@ -298,11 +327,14 @@ export class ProtobufSpans implements SpanEncoder {
     this.wire = new Wire(size, this.head, Buffer.allocUnsafeSlow(size));
   }
 
-  open(span: TraceSpan, endMs: number, head: CompiledHead | null = null): void {
-    // Bytes kept for the span's length: two for a span with a head (a server span: 128 bytes to 16 KiB), one for
-    // the others (a store round trip's: under 128 bytes). close() moves a span whose length needs more or fewer.
-    this.begin(span, span.s0, span.s1, span.p0, span.p1, span.remoteParent, span.start, endMs, head === null ? this.name(span) : (head as unknown as Buffer), head === null ? 1 : 2);
+  open(span: TraceSpan, endMs: number, head: CompiledHead | null = null, text: string | null = null): void {
+    // Bytes kept for the span's length: two for a span with a head (a server span: 128 bytes to 16 KiB) or with
+    // two attributes or more (the upstream call's, about 140 bytes), one for the others (under 128 bytes). close()
+    // moves a span whose length needs more or fewer (TypedArray#copyWithin: some 300 instructions).
+    const h = head as Head | null;
     const attrs = span.attrs;
+    this.begin(span, span.s0, span.s1, span.p0, span.p1, span.remoteParent, span.start, endMs, h === null ? this.name(span) : h.bytes, h !== null || (attrs !== null && attrs.length >= 4) ? 2 : 1);
+    if (h !== null && h.textLength >= 0) this.wire.ascii(text, h.textLength);
     if (attrs === null) return;
     // A child span's attributes: claim outcomes, probe results, methods (small sets: reused encodings) and numbers.
     for (let i = 0; i < attrs.length; i += 2) {
@@ -313,7 +345,9 @@ export class ProtobufSpans implements SpanEncoder {
   }
 
   openChild(parent: TraceSpan, s0: number, s1: number, startMs: number, endMs: number, head: CompiledHead): void {
-    this.begin(parent, s0, s1, parent.s0, parent.s1, false, startMs, endMs, head as unknown as Buffer, 1);
+    const h = head as Head;
+    this.begin(parent, s0, s1, parent.s0, parent.s1, false, startMs, endMs, h.bytes, 1);
+    if (h.textLength >= 0) this.wire.ascii(null, h.textLength);
   }
 
   /**
@@ -403,14 +437,31 @@ export class ProtobufSpans implements SpanEncoder {
     this.wire.bytes(attr as unknown as Buffer);
   }
 
-  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>): CompiledHead {
+  compileHead(name: string, kind: number, attrs: ReadonlyArray<readonly [string, AttributeValue]>, also: CompiledAttr | null = null, text: HeadText | null = null): CompiledHead {
     const w = new Wire(64 + name.length * 3);
     writeName(w, name, kind);
     for (const [key, value] of attrs) {
       if (typeof value === 'number') w.keyValue(SPAN_ATTRIBUTE, this.keys.get(key), value);
       else w.bytes(this.keys.pair(key, value));
     }
-    return Buffer.from(w.buf.subarray(0, w.pos)) as unknown as CompiledHead;
+    if (also !== null) w.bytes(also as unknown as Buffer);
+    if (text === null) return new Head(Buffer.from(w.buf.subarray(0, w.pos)), -1);
+    // The text attribute but its characters: KeyValue { key, value: AnyValue { string_value: <length> } }, its
+    // lengths one byte each (checked).
+    const key = text.key as unknown as Buffer;
+    const n = text.length;
+    const any = 2 + n;
+    const kv = key.length + 2 + any;
+    if (!(Number.isInteger(n) && n >= 1 && kv < 0x80)) throw new Error(`a head's text attribute of ${n} characters: 1 to ${0x7f - 4 - key.length} with this name`);
+    w.room(kv);
+    w.byte(SPAN_ATTRIBUTE);
+    w.byte(kv);
+    w.bytes(key);
+    w.byte(KV_VALUE);
+    w.byte(any);
+    w.byte(ANY_STRING);
+    w.byte(n);
+    return new Head(Buffer.from(w.buf.subarray(0, w.pos)), n);
   }
 
   /** A span's name and kind fields, encoded once per name (at most 256 names; the last one checked first). */

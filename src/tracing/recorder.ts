@@ -40,11 +40,12 @@ export class Recorder implements SpanSink {
 
   /**
    * The encoder to write an ended span into, or null when the queue is full (the span is dropped). Then close().
-   * `head`: the span's name, kind and small-set attributes, compiled by the encoder (SpanEncoder.compileHead).
+   * `head`: the span's name, kind and small-set attributes, compiled by the encoder (SpanEncoder.compileHead);
+   * `text`: the value of its text attribute, if it has one.
    */
-  open(span: TraceSpan, endMs: number, head: CompiledHead | null = null): SpanEncoder | null {
+  open(span: TraceSpan, endMs: number, head: CompiledHead | null = null, text: string | null = null): SpanEncoder | null {
     if (this.full()) return null;
-    this.encoder.open(span, endMs, head);
+    this.encoder.open(span, endMs, head, text);
     return this.encoder;
   }
 

@@ -3,7 +3,8 @@ import { performance } from 'node:perf_hooks';
 import { reservedEntry, TRACE_RECORD_HEADER } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import type { RequestContext } from '../lifecycle/context.js';
-import type { CompiledAttr, CompiledHead, CompiledKey, SpanEncoder } from './encoder.js';
+import { KEY_HASH_LENGTH } from '../log/logger.js';
+import type { CompiledAttr, CompiledHead, CompiledKey, HeadText, SpanEncoder } from './encoder.js';
 import type { IdPool } from './ids.js';
 import type { Recorder } from './recorder.js';
 import type { Sampler } from './sampler.js';
@@ -22,18 +23,28 @@ interface RouteShape {
   readonly name: string;
   readonly method: string;
   readonly route: string;
-  /** Its heads, compiled, by outcome, phase and status code; null past the cache's bound (compiled per span). */
-  readonly heads: Map<string, Map<string, Map<number, CompiledHead>>> | null;
+  /**
+   * Its heads, compiled, by outcome, phase and status code, then by variant (ServerSpanHeads.head); null past the
+   * cache's bound (compiled per span). Emptied when `path` changes: the heads with a path hold the old one.
+   */
+  readonly heads: Map<string, Map<string, Map<number, Array<CompiledHead | undefined>>>> | null;
   /** The path its url.path attribute is compiled for (pathAttr), null for none yet; and the last path it saw. */
   path: string | null;
   pathAttr: CompiledAttr | null;
   lastPath: string | null;
 }
 
+/** A head's variant (ServerSpanHeads.head): with the route's compiled path, and with the hashed key's attribute last. */
+const WITH_PATH = 2;
+const WITH_KEY = 1;
+
 /**
  * The server span's head: its name, its kind and its attributes whose values come from small sets — method,
  * route, outcome, phase, replayed, status code —, compiled once per combination by the recorder's encoder as
- * one run of bytes. Under load most requests share theirs with the request before: that one is checked first.
+ * one run of bytes; and in its variants, the route's path where the request's is the route's compiled one, and
+ * the hashed key's attribute but its twelve characters (the encoder writes them after the head), where the
+ * request has a key. So a replay's or a new key's server span copies one run of bytes where it copied three
+ * and wrote a key-value. Under load most requests share theirs with the request before: that one is checked first.
  */
 class ServerSpanHeads {
   private readonly byMethod = new Map<string, Map<string, RouteShape>>();
@@ -42,9 +53,13 @@ class ServerSpanHeads {
   private lastOutcome = '';
   private lastPhase = '';
   private lastStatus = -1;
+  private lastVariant = -1;
   private lastHead: CompiledHead | null = null;
+  private readonly keyText: HeadText;
 
-  constructor(private readonly enc: SpanEncoder) {}
+  constructor(private readonly enc: SpanEncoder) {
+    this.keyText = { key: enc.key('idempotency.key_hash'), length: KEY_HASH_LENGTH };
+  }
 
   route(method: string, route: string): RouteShape {
     const recent = this.lastRoute;
@@ -61,14 +76,20 @@ class ServerSpanHeads {
     return shape;
   }
 
-  /** `status`: the response's status code, 0 for none. At most 64 status codes a route, outcome and phase are kept. */
-  head(shape: RouteShape, outcome: string, phase: string, status: number): CompiledHead {
-    if (shape === this.last && outcome === this.lastOutcome && phase === this.lastPhase && status === this.lastStatus) return this.lastHead!;
+  /**
+   * `status`: the response's status code, 0 for none; `variant`: WITH_PATH (the route's compiled path, which must
+   * be the request's), WITH_KEY (the hashed key's attribute, whose characters open() is given), both or neither.
+   * At most 64 status codes a route, outcome and phase are kept.
+   */
+  head(shape: RouteShape, outcome: string, phase: string, status: number, variant: number): CompiledHead {
+    if (shape === this.last && outcome === this.lastOutcome && phase === this.lastPhase && status === this.lastStatus && variant === this.lastVariant) return this.lastHead!;
     let byPhase = shape.heads?.get(outcome);
     if (byPhase === undefined && shape.heads !== null) shape.heads.set(outcome, (byPhase = new Map()));
     let byStatus = byPhase?.get(phase);
     if (byStatus === undefined && byPhase !== undefined) byPhase.set(phase, (byStatus = new Map()));
-    let head = byStatus?.get(status);
+    let variants = byStatus?.get(status);
+    if (variants === undefined && byStatus !== undefined && byStatus.size < 64) byStatus.set(status, (variants = [undefined, undefined, undefined, undefined]));
+    let head = variants?.[variant];
     if (head === undefined) {
       const attrs: Array<[string, AttributeValue]> = [
         ['http.request.method', shape.method],
@@ -78,15 +99,24 @@ class ServerSpanHeads {
         ['idempotency.replayed', outcome === 'replayed'],
       ];
       if (status !== 0) attrs.push(['http.response.status_code', status]);
-      head = this.enc.compileHead(shape.name, SERVER, attrs);
-      if (byStatus !== undefined && byStatus.size < 64) byStatus.set(status, head);
+      head = this.enc.compileHead(shape.name, SERVER, attrs, (variant & WITH_PATH) !== 0 ? shape.pathAttr : null, (variant & WITH_KEY) !== 0 ? this.keyText : null);
+      if (variants !== undefined) variants[variant] = head;
     }
     this.last = shape;
     this.lastOutcome = outcome;
     this.lastPhase = phase;
     this.lastStatus = status;
+    this.lastVariant = variant;
     this.lastHead = head;
     return head;
+  }
+
+  /** The route's path is now `path`, compiled as `attr`: its heads with the old one are dropped. */
+  repath(shape: RouteShape, path: string, attr: CompiledAttr): void {
+    shape.path = path;
+    shape.pathAttr = attr;
+    shape.heads?.clear();
+    if (this.last === shape) this.last = null;
   }
 }
 
@@ -136,7 +166,6 @@ export class RequestTracing {
   private readonly storeHeads: StoreSpanHeads;
   /** The server span's other attributes' names, encoded once. */
   private readonly pathKey: CompiledKey;
-  private readonly keyHashKey: CompiledKey;
   private readonly sourceKey: CompiledKey;
 
   constructor(
@@ -149,7 +178,6 @@ export class RequestTracing {
     this.heads = new ServerSpanHeads(enc);
     this.storeHeads = new StoreSpanHeads(enc);
     this.pathKey = enc.key('url.path');
-    this.keyHashKey = enc.key('idempotency.key_hash');
     this.sourceKey = enc.key('error.source');
   }
 
@@ -264,12 +292,14 @@ export class RequestTracing {
     const route = ctx.route?.name ?? '(none)';
     const shape = this.heads.route(ctx.method, route);
     span.name = shape.name;
-    const head = this.heads.head(shape, ctx.outcome, ctx.phase, ctx.status);
+    const path = ctx.path;
+    const compiledPath = path === shape.path;
+    const keyed = ctx.key !== null;
+    const head = this.heads.head(shape, ctx.outcome, ctx.phase, ctx.status, (compiledPath ? WITH_PATH : 0) | (keyed ? WITH_KEY : 0));
     // It ends when the request's metrics and log line say it did (src/lifecycle/finish.ts, which runs first).
-    const enc = this.recorder.open(span, ctx.durationMs < 0 ? performance.now() : ctx.start + ctx.durationMs, head);
+    const enc = this.recorder.open(span, ctx.durationMs < 0 ? performance.now() : ctx.start + ctx.durationMs, head, keyed ? ctx.hashedKey() : null);
     if (enc === null) return;
-    this.writePath(enc, shape, ctx.path);
-    if (ctx.key !== null) enc.attrAt(this.keyHashKey, ctx.hashedKey());
+    if (!compiledPath) this.writePath(enc, shape, path);
     if (ctx.source !== null) enc.attrAt(this.sourceKey, ctx.source);
     if (span.linked !== null) {
       const link = this.linkOfReplay(span.linked);
@@ -280,21 +310,15 @@ export class RequestTracing {
   }
 
   /**
-   * The server span's url.path. Most routes name one exact path, so a route's requests mostly repeat one: its
-   * attribute is compiled once and copied in whole (a path written as text costs some 40 instructions a
-   * character; docs/tracing-cost.md, 2026-12-05, late morning). A route whose paths vary (ids in them) has them
-   * written as text; a path seen on two requests of the route in a row becomes its compiled one.
+   * The server span's url.path, where it is not the route's compiled one. Most routes name one exact path, so a
+   * route's requests mostly repeat one: its attribute is compiled once, into the route's heads (a path written
+   * as text costs some 40 instructions a character; docs/tracing-cost.md, 2026-12-05, late morning). A route
+   * whose paths vary (ids in them) has them written as text; a path seen on two requests of the route in a row
+   * becomes its compiled one.
    */
   private writePath(enc: SpanEncoder, shape: RouteShape, path: string): void {
-    if (path === shape.path) {
-      enc.attrCompiled(shape.pathAttr!);
-      return;
-    }
     enc.attrAt(this.pathKey, path);
-    if (path === shape.lastPath) {
-      shape.pathAttr = enc.compileAttr(this.pathKey, path);
-      shape.path = path;
-    }
+    if (path === shape.lastPath) this.heads.repath(shape, path, enc.compileAttr(this.pathKey, path));
     shape.lastPath = path;
   }
 }

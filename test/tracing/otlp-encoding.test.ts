@@ -4,7 +4,7 @@ import { JsonTraceSerializer, ProtobufTraceSerializer } from '@opentelemetry/otl
 import { Clock, type Envelope, type SpanEncoder } from '../../src/tracing/encoder.js';
 import { JsonSpans } from '../../src/tracing/otlp-json.js';
 import { ProtobufSpans } from '../../src/tracing/otlp-protobuf.js';
-import { CLIENT, linkOf, SERVER, TraceSpan, word, type AttributeValue, type SpanRef } from '../../src/tracing/span.js';
+import { CLIENT, INTERNAL, linkOf, SERVER, TraceSpan, word, type AttributeValue, type SpanRef } from '../../src/tracing/span.js';
 import { fields } from '../helpers/otlp.js';
 
 // The recorder's OTLP encoders (src/tracing/otlp-protobuf.ts, otlp-json.ts)
@@ -31,6 +31,10 @@ interface Case {
   fixed?: Array<[string, string | boolean]>;
   /** Attributes written whole, as compileAttr() encoded them (SpanEncoder.attrCompiled), after the others. */
   compiled?: Array<[string, AttributeValue]>;
+  /** An attribute compiled into the head after `fixed` (compileHead's `also`: a route's path). */
+  also?: [string, AttributeValue];
+  /** The head's text attribute: its name, the length compiled, the value open() is given, and what it must read as. */
+  text?: { key: string; length: number; value: string | null; reads: string };
   link?: SpanRef;
   error?: string;
   /** Written with openChild() as this span's child, with no TraceSpan of its own (a store round trip's span): `span` is what it must read as. */
@@ -52,6 +56,14 @@ function cases(): Case[] {
   const replayed = new TraceSpan({ record: () => {} }, 1, 2, 3, 4, 5, 6, 0, 0, false, null, 'POST orders', SERVER, 1999.25);
   const link: SpanRef = { traceId: '0123456789abcdeffedcba9876543210', spanId: '00000000000000a1', sampled: true, traceState: null };
   const storeClaim = new TraceSpan({ record: () => {} }, ...t, 0x0badf00d, -0x21524111, server.s0, server.s1, false, client.traceState, 'claim', CLIENT, 1236.75);
+  // Spans with two attributes or more, which open() writes with two bytes kept for their length: the upstream
+  // call's (over 127 bytes), and a short one, whose length's second byte is given back.
+  const upstream = new TraceSpan({ record: () => {} }, ...t, 31, 32, server.s0, server.s1, false, null, 'upstream', CLIENT, 1240.5);
+  upstream.setAttribute('http.request.method', 'POST');
+  upstream.setAttribute('http.response.status_code', 201);
+  const short = new TraceSpan({ record: () => {} }, 1, 2, 3, 4, 33, 34, 0, 0, false, null, 'w', INTERNAL, 5);
+  short.setAttribute('a', 1);
+  short.setAttribute('b', true);
   const storeCommit = new TraceSpan({ record: () => {} }, root.t0, root.t1, root.t2, root.t3, 21, -22, root.s0, root.s1, false, null, 'commit', CLIENT, 0.003);
   return [
     {
@@ -69,6 +81,16 @@ function cases(): Case[] {
       link: { ...link, traceState: 'kept=1', sampled: false } },
     // A replay's server span with its head and a link not sampled.
     { span: replayed, endMs: 2000.5, attrs: [['idempotency.note', 'x']], fixed: [['idempotency.outcome', 'replayed']], compiled: [['url.path', '/orders']], link: { ...link, sampled: false } },
+    // Server spans whose head holds the route's path and the hashed key's attribute, its characters given to
+    // open(): twelve hex digits, as every hashed key is; then a value the wrong length and beyond ASCII, which
+    // must still make a valid request (its characters replaced, cut or padded to the head's length).
+    { span: replayed, endMs: 2000.75, attrs: [['idempotency.note', 'y']], fixed: [['idempotency.outcome', 'replayed']], also: ['url.path', '/orders'],
+      text: { key: 'idempotency.key_hash', length: 12, value: '0123456789ab', reads: '0123456789ab' }, link: { ...link, sampled: true } },
+    { span: root, endMs: 0.0025, attrs: [], fixed: [], also: ['url.path', '/ü'], text: { key: 'idempotency.key_hash', length: 12, value: 'é€9', reads: '??9?????????' } },
+    { span: root, endMs: 0.0026, attrs: [], text: { key: 'idempotency.key_hash', length: 4, value: 'abcdefgh', reads: 'abcd' } },
+    { span: root, endMs: 0.0027, attrs: [], text: { key: 'idempotency.key_hash', length: 3, value: null, reads: '???' } },
+    { span: upstream, endMs: 1248.5, attrs: [] },
+    { span: short, endMs: 6, attrs: [] },
     // Spans without a head, which open() writes with one byte kept for their length: over 127 bytes, over 16 KiB.
     { span: commit, endMs: 1250.25, attrs: [['http.response.status_code', 503]], error: 'the store refused: '.repeat(8) },
     { span: release, endMs: 1251, attrs: [], error: 'ü'.repeat(9_000) },
@@ -82,7 +104,11 @@ function cases(): Case[] {
 function write(enc: SpanEncoder, list: Case[]): Uint8Array {
   for (const c of list) {
     if (c.parent !== undefined) enc.openChild(c.parent, c.span.s0, c.span.s1, c.span.start, c.endMs, enc.compileHead(c.span.name, c.span.kind, c.fixed ?? []));
-    else enc.open(c.span, c.endMs, c.fixed === undefined ? null : enc.compileHead(c.span.name, c.span.kind, c.fixed));
+    else if (c.also !== undefined || c.text !== undefined) {
+      const also = c.also === undefined ? null : enc.compileAttr(enc.key(c.also[0]), c.also[1]);
+      const text = c.text === undefined ? null : { key: enc.key(c.text.key), length: c.text.length };
+      enc.open(c.span, c.endMs, enc.compileHead(c.span.name, c.span.kind, c.fixed ?? [], also, text), c.text?.value ?? null);
+    } else enc.open(c.span, c.endMs, c.fixed === undefined ? null : enc.compileHead(c.span.name, c.span.kind, c.fixed));
     for (const [k, v] of c.attrs) enc.attr(k, v);
     for (const [k, v] of c.compiled ?? []) enc.attrCompiled(enc.compileAttr(enc.key(k), v));
     if (c.link !== undefined) enc.link(linkOf(c.link), 'idempotency.link', 'replay_of');
@@ -109,6 +135,8 @@ function readable(list: Case[]): unknown[] {
     const own = s.attrs ?? [];
     for (let i = 0; i < own.length; i += 2) attributes[own[i] as string] = own[i + 1]!;
     for (const [k, v] of c.fixed ?? []) attributes[k] = v;
+    if (c.also !== undefined) attributes[c.also[0]] = c.also[1];
+    if (c.text !== undefined) attributes[c.text.key] = c.text.reads;
     for (const [k, v] of c.attrs) attributes[k] = v;
     for (const [k, v] of c.compiled ?? []) attributes[k] = v;
     const state = (v: string | null) => (v === null ? undefined : { serialize: () => v });
@@ -182,9 +210,10 @@ describe('OTLP encoding: the recorder against OpenTelemetry’s serializers', ()
     const a = decode(ours, REQUEST);
     const b = decode(theirs, REQUEST);
     assert.deepEqual(a, b);
-    // What the comparison covers: nine spans (two written as a parent's child), two over 16 KiB, three links, five error statuses.
+    // What the comparison covers: fifteen spans (two written as a parent's child, four with a head's text
+    // attribute, two with two bytes kept for their length but no head), two over 16 KiB, four links, five error statuses.
     const spans = ((a[1]![0] as Tree)[2]![0] as Tree)[2]!;
-    assert.equal(spans.length, 9);
+    assert.equal(spans.length, 15);
     assert.ok(ours.length > 16_384 + 1000, `the request holds the 16 KiB span (${ours.length} bytes)`);
   });
 
