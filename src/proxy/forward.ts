@@ -25,20 +25,25 @@ function sendsTraceContext(extra: readonly string[]): boolean {
   return false;
 }
 
-/** Sends `req` upstream with `body`; `handler` gets the answer (a synchronous refusal too, as onError). */
+/**
+ * Sends `req` upstream with `body`; `handler` gets the answer (a synchronous refusal too, as onError). False: the
+ * pool was saturated, every upstream connection busy, so the request may wait in its queue (undici's
+ * Dispatcher#dispatch: "false if the dispatcher is busy"); true: it went to a free connection (or was refused).
+ */
 export function dispatch(
   upstream: Upstream,
   req: IncomingMessage,
   body: Buffer | IncomingMessage | null,
   extra: readonly string[] | null,
   handler: Dispatcher.DispatchHandler,
-): void {
+): boolean {
   try {
-    upstream.pool.dispatch(
+    return upstream.pool.dispatch(
       { origin: upstream.origin, path: req.url ?? '/', method: (req.method ?? 'GET') as Dispatcher.HttpMethod, headers: forwardHeaders(req, body, extra), body },
       handler,
     );
   } catch (err) {
     handler.onError!(err as Error);
+    return true;
   }
 }

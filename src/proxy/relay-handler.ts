@@ -3,7 +3,7 @@ import type { Dispatcher } from 'undici';
 import type { UpstreamError } from '../errors.js';
 import { dispatch } from './forward.js';
 import { clientResponseHeadersRaw } from './headers.js';
-import { classify, type Upstream } from './upstream.js';
+import { classify, droppedUnsent, noConnectionInTime, type Upstream } from './upstream.js';
 
 // The relay handler: an undici dispatch handler that writes the upstream's
 // answer straight into the client's response as it arrives. Nothing sits in
@@ -11,7 +11,11 @@ import { classify, type Upstream } from './upstream.js';
 // with backpressure from a slow client to the upstream; no body stream, no
 // async iteration, no promise. A client that leaves aborts the exchange.
 // Bounded by undici's headers and body timeouts (upstream.timeout each; the
-// body timeout is an idle timeout). The record handler (record-handler.ts)
+// body timeout is an idle timeout) once written; before that, a request that
+// waits for a connection (every one of upstream.connections busy) waits at
+// most upstream.timeout, then gets 502 and is dropped unsent — a timer armed
+// only when the pool was saturated at dispatch, so the usual request pays
+// one test of dispatch's answer. The record handler (record-handler.ts)
 // hands the rest of an exchange to one of these after a release.
 
 export interface RelaySink<T> {
@@ -39,11 +43,37 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
   private abort: ((err?: Error) => void) | null = null;
   private resume: (() => void) | null = null;
   private ended = false;
+  /** The bound of the wait for a connection (waitAtMost), until onConnect. */
+  private timer: NodeJS.Timeout | null = null;
 
   constructor(private readonly res: ServerResponse, private readonly sink: RelaySink<T>, private readonly opaque: T) {}
 
+  /**
+   * The dispatch found every upstream connection busy: if it is not written by then (onConnect), it is answered
+   * at `timeoutMs` as never sent (noConnectionInTime), and dropped unsent when a connection comes.
+   */
+  waitAtMost(timeoutMs: number): void {
+    if (this.abort !== null || this.ended) return; // written already (undici may write within dispatch), or over
+    this.timer = setTimeout(queuedTooLong, timeoutMs, this, timeoutMs);
+  }
+
   onConnect(abort: (err?: Error) => void): void {
     this.abort = abort;
+    if (this.timer !== null) this.stopTimer();
+    if (this.ended) abort(droppedUnsent()); // answered at the deadline (queuedTooLong)
+  }
+
+  private stopTimer(): void {
+    clearTimeout(this.timer!);
+    this.timer = null;
+  }
+
+  /** waitAtMost's deadline, the request still unsent: the client's answer now, the request dropped when it gets a connection. */
+  noConnection(timeoutMs: number): void {
+    this.timer = null;
+    if (this.abort !== null || this.ended) return;
+    this.ended = true;
+    this.sink.end(this.opaque, noConnectionInTime(timeoutMs), false);
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
@@ -86,6 +116,7 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
   }
 
   onError(err: Error): void {
+    if (this.timer !== null) this.stopTimer(); // refused before it was written: nothing left to wait for
     if (this.ended) return; // our own abort after the client left, or a late error
     this.ended = true;
     if (this.started) this.res.destroy();
@@ -100,6 +131,10 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
   }
 }
 
+function queuedTooLong(h: RelayHandler<unknown>, timeoutMs: number): void {
+  h.noConnection(timeoutMs);
+}
+
 /** Forwards `req` (with `body`: the buffered body, the request stream itself, or none) and relays the answer into `res`. */
 export function relayUpstream<T>(
   upstream: Upstream,
@@ -109,5 +144,6 @@ export function relayUpstream<T>(
   sink: RelaySink<T>,
   opaque: T,
 ): void {
-  dispatch(upstream, req, body, null, new RelayHandler(res, sink, opaque));
+  const handler = new RelayHandler(res, sink, opaque);
+  if (!dispatch(upstream, req, body, null, handler)) handler.waitAtMost(upstream.timeoutMs);
 }

@@ -176,4 +176,28 @@ describe('upstream.timeout includes the wait for a connection to the upstream', 
     assert.equal(retry.headers['idempotent-replayed'], undefined);
     assert.equal(hits('/orders/o-9'), 1);
   });
+
+  // A pass-through request claims no key, but its client is owed the same bound: with the one connection
+  // held, it waits upstream.timeout, not until the connection frees, and is never sent after its answer.
+  test('a pass-through request that gets no connection within upstream.timeout gets 502 at the deadline and is never sent', async () => {
+    const before = hits('/download');
+    const download = send(`${proxy.url}/download`, { method: 'GET' });
+    await waitFor('the download to hold the one connection', () => hits('/download') === before + 1);
+    const started = performance.now();
+    const second = await send(`${proxy.url}/download`, { method: 'GET' });
+    const waited = performance.now() - started;
+    assert.equal(second.status, 502);
+    assert.equal(problemType(second), 'upstream-unreachable');
+    assert.match(String(second.json().detail), /no connection to the upstream/);
+    assert.ok(waited < 1200, `answered at the deadline, not when the connection freed (${Math.round(waited)} ms)`);
+    const line = lines.find((l) => l.msg === 'request' && l.route === 'files' && l.status === 502)!;
+    assert.equal(line.outcome, 'upstream_error');
+    assert.match(String(line.detail), /no connection to the upstream became free within upstream\.timeout/);
+    assert.equal((await download).body.length, DOWNLOAD_BYTES);
+    // Dropped unsent once the download ended: a request after it, on the same one connection, is answered at
+    // once, and the upstream saw one download.
+    const next = await send(`${proxy.url}/orders/o-10`, { headers: { 'content-type': 'application/json', 'idempotency-key': 'o-10' }, body: '{"n":10}' });
+    assert.equal(next.status, 201);
+    assert.equal(hits('/download'), before + 1, 'the request that waited too long never reached the upstream');
+  });
 });
