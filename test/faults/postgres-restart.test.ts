@@ -33,6 +33,12 @@ routes:
   - name: strict
     match: { path: "/strict/**" }
     onExpiredLease: fail
+  - name: waiting
+    match: { path: "/waiting/**" }
+    onExpiredLease: fail
+    onInFlight: wait
+    lease: 10s
+    waitTimeout: 8s
 `;
 const WORKERS = 6;
 const BEFORE_MS = 1000;
@@ -223,6 +229,49 @@ describe('PostgreSQL restarted under load', () => {
       const retry = await send(`${p.url}/strict/1`, { headers, body: '{"c":1}' });
       assert.equal(retry.status, 201, 'the retry runs at once, not after the 2 s lease');
       assert.equal(up.executions('pg-lost-claim'), 1);
+    } finally {
+      await p.close();
+      await relay.close();
+    }
+  });
+
+  // A duplicate waiting on an onInFlight: wait route claims again once the first request releases the key (here
+  // the upstream refused with 429), and that claim takes effect but its reply is lost. The waiter answers 409,
+  // the last answer it had, and runs nothing; the key, claimed in its name, is given back as a first claim's
+  // would be. Left, every retry would get 409 for the 10 s lease, then outcome-unknown until an operator
+  // resolved it.
+  test('a waiter\'s claim again that took effect but whose reply was lost is given back: the retry runs at once', async () => {
+    const relay = await startPgRelay(pgc.port);
+    const started = await startLoggedProxy({ upstream: up.url, databaseUrl: `postgres://postgres@127.0.0.1:${relay.port}/postgres`, yaml: YAML }).catch(async (e: unknown) => {
+      await relay.close();
+      throw e;
+    });
+    const { proxy: p, lines } = started;
+    try {
+      const k = 'pg-lost-reclaim';
+      const headers = { 'idempotency-key': k, 'x-tenant': 'tenant-0' };
+      up.behave(hold);
+      const first = send(`${p.url}/waiting/1`, { headers, body: '{"w":1}' });
+      const ex = await up.arrival((e) => e.key === k);
+      const waiter = send(`${p.url}/waiting/1`, { headers, body: '{"w":1}' });
+      // Both claims sent (the first's and the duplicate's, which finds the key in flight and waits); the next
+      // claim is the duplicate's claim again.
+      await waitFor('the duplicate\'s claim', () => relay.sent(claimStatement.name) >= 2, 5000);
+      await sleep(100);
+      const lost = relay.loseNextReply(claimStatement.name);
+      ex.respond(429, '{"error":"slow down"}');
+      assert.equal((await first).status, 429, 'the upstream\'s refusal, relayed unrecorded: the key is released');
+      await lost;
+      const w = await waiter;
+      assert.equal(w.status, 409, 'the waiter keeps its last answer');
+      const given = await waitFor('the waiter\'s lost claim to be given back', () =>
+        lines.find((l) => l.msg === 'a claim whose reply was lost was given back once the store answered'), 5000);
+      assert.equal(given.result, 'released', 'the claim again had taken effect: the key was deleted');
+      up.behave(answer());
+      const retry = await send(`${p.url}/waiting/1`, { headers, body: '{"w":1}' });
+      assert.equal(retry.status, 201, 'the retry runs at once, not after the 10 s lease');
+      assert.equal(retry.headers['idempotent-replayed'], undefined);
+      assert.equal(up.executions(k), 2, 'the first request (refused) and the retry; the waiter ran nothing');
     } finally {
       await p.close();
       await relay.close();

@@ -11,6 +11,8 @@ export interface PgRelay {
   readonly port: number;
   /** Loses the reply to the next execution of the named statement. */
   loseNextReply(statement: string): Promise<void>;
+  /** How many writes of the clients so far name `statement`: one an execution (its first on a connection parses it in the same write). */
+  sent(statement: string): number;
   close(): Promise<void>;
 }
 
@@ -19,6 +21,7 @@ const READY_FOR_QUERY = Buffer.from([0x5a, 0, 0, 0, 5]); // 'Z', length 5: sent 
 export async function startPgRelay(targetPort: number): Promise<PgRelay> {
   let armed: { name: Buffer; done: () => void } | null = null;
   const sockets = new Set<net.Socket>();
+  const chunks: Buffer[] = [];
   const server = net.createServer((client) => {
     const pg = net.connect(targetPort, '127.0.0.1');
     let losing = false;
@@ -28,6 +31,7 @@ export async function startPgRelay(targetPort: number): Promise<PgRelay> {
       s.on('error', () => {});
     }
     client.on('data', (d: Buffer) => {
+      chunks.push(d);
       if (armed !== null && d.includes(armed.name)) {
         losing = true;
       }
@@ -55,6 +59,10 @@ export async function startPgRelay(targetPort: number): Promise<PgRelay> {
     loseNextReply: (statement) => new Promise<void>((resolve) => {
       armed = { name: Buffer.from(statement), done: resolve };
     }),
+    sent: (statement) => {
+      const name = Buffer.from(statement);
+      return chunks.filter((d) => d.includes(name)).length;
+    },
     close: () => new Promise<void>((resolve) => {
       for (const s of sockets) s.destroy();
       server.close(() => resolve());
