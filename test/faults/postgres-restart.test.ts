@@ -7,12 +7,12 @@ import { streamed } from './helpers/client.js';
 import { answer, hold, startControlledUpstream, type ControlledUpstream } from './helpers/controlled-upstream.js';
 import { claimStatement } from '../../src/store/sql/claim.js';
 import { commitOneStatement } from '../../src/store/sql/commit.js';
-import { startPgRelay } from './helpers/pg-relay.js';
+import { startPgRelay, type PgRelay } from './helpers/pg-relay.js';
 import { PROBLEM_BASE } from '../../src/http/problems.js';
 import { startThrowawayPostgres, type ThrowawayPostgres } from '../helpers/servers.js';
 import { sql } from '../helpers/db.js';
 import { metric, metricsText } from '../helpers/metrics.js';
-import { startLoggedProxy, startTestProxy } from '../helpers/proxy.js';
+import { type LogLine, startLoggedProxy, startTestProxy } from '../helpers/proxy.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
 // PostgreSQL stopped hard (pg_ctl stop -m immediate) and started again under
@@ -66,6 +66,16 @@ describe('PostgreSQL restarted under load', () => {
     await up?.close();
     await pgc?.destroy();
   });
+
+  /** A proxy of its own, logged, whose store is reached through a relay that can lose a reply (helpers/pg-relay.ts). */
+  async function startRelayedProxy(): Promise<{ relay: PgRelay; proxy: RunningProxy; lines: LogLine[] }> {
+    const relay = await startPgRelay(pgc.port);
+    const started = await startLoggedProxy({ upstream: up.url, databaseUrl: `postgres://postgres@127.0.0.1:${relay.port}/postgres`, yaml: YAML }).catch(async (e: unknown) => {
+      await relay.close();
+      throw e;
+    });
+    return { relay, ...started };
+  }
 
   test('503 + Retry-After during the outage, automatic recovery, every 2xx committed, nothing executed twice', async (t) => {
     const logs: KeyLog[] = [];
@@ -209,12 +219,7 @@ describe('PostgreSQL restarted under load', () => {
   // nothing, yet the key is claimed in its name. Given back at once, the retry runs; left, every retry would
   // get 409 until the lease ended, and on this onExpiredLease: fail route then 409 outcome-unknown for good.
   test('a claim that took effect but whose reply was lost is given back: the retry runs at once, nothing is left for an operator', async () => {
-    const relay = await startPgRelay(pgc.port);
-    const started = await startLoggedProxy({ upstream: up.url, databaseUrl: `postgres://postgres@127.0.0.1:${relay.port}/postgres`, yaml: YAML }).catch(async (e: unknown) => {
-      await relay.close();
-      throw e;
-    });
-    const { proxy: p, lines } = started;
+    const { relay, proxy: p, lines } = await startRelayedProxy();
     try {
       up.behave(answer());
       const headers = { 'idempotency-key': 'pg-lost-claim', 'x-tenant': 'tenant-0' };
@@ -241,12 +246,7 @@ describe('PostgreSQL restarted under load', () => {
   // would be. Left, every retry would get 409 for the 10 s lease, then outcome-unknown until an operator
   // resolved it.
   test('a waiter\'s claim again that took effect but whose reply was lost is given back: the retry runs at once', async () => {
-    const relay = await startPgRelay(pgc.port);
-    const started = await startLoggedProxy({ upstream: up.url, databaseUrl: `postgres://postgres@127.0.0.1:${relay.port}/postgres`, yaml: YAML }).catch(async (e: unknown) => {
-      await relay.close();
-      throw e;
-    });
-    const { proxy: p, lines } = started;
+    const { relay, proxy: p, lines } = await startRelayedProxy();
     try {
       const k = 'pg-lost-reclaim';
       const headers = { 'idempotency-key': k, 'x-tenant': 'tenant-0' };
