@@ -68,10 +68,12 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     this.timer = null;
   }
 
-  /** waitAtMost's deadline, the request still unsent: the client's answer now, the request dropped when it gets a connection. */
+  /**
+   * waitAtMost's deadline, the request still unsent (onConnect and onError stop the timer): the client's answer
+   * now, the request dropped when it gets a connection.
+   */
   noConnection(timeoutMs: number): void {
     this.timer = null;
-    if (this.abort !== null || this.ended) return;
     this.ended = true;
     this.sink.end(this.opaque, noConnectionInTime(timeoutMs), false);
   }

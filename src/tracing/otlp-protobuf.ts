@@ -330,7 +330,7 @@ export class ProtobufSpans implements SpanEncoder {
   open(span: TraceSpan, endMs: number, head: CompiledHead | null = null, text: string | null = null): void {
     // Bytes kept for the span's length: two for a span with a head (a server span: 128 bytes to 16 KiB) or with
     // two attributes or more (the upstream call's, about 140 bytes), one for the others (under 128 bytes). close()
-    // moves a span whose length needs more or fewer (TypedArray#copyWithin: some 300 instructions).
+    // moves a span whose length needs more or fewer (TypedArray#copyWithin, a call into C++).
     const h = head as Head | null;
     const attrs = span.attrs;
     this.begin(span, span.s0, span.s1, span.p0, span.p1, span.remoteParent, span.start, endMs, h === null ? this.name(span) : h.bytes, h !== null || (attrs !== null && attrs.length >= 4) ? 2 : 1);
