@@ -15,7 +15,10 @@ import { classify, droppedUnsent, noConnectionInTime, type Upstream } from './up
 // waits for a connection (every one of upstream.connections busy) waits at
 // most upstream.timeout, then gets 502 and is dropped unsent — a timer armed
 // only when the pool was saturated at dispatch, so the usual request pays
-// one test of dispatch's answer. The record handler (record-handler.ts)
+// one test of dispatch's answer. A client that leaves while its request
+// waits for a connection ends the exchange there: the request is dropped
+// unsent when the connection comes (a pass-through POST whose client gave up
+// is never run behind its back). The record handler (record-handler.ts)
 // hands the rest of an exchange to one of these after a release.
 
 export interface RelaySink<T> {
@@ -45,22 +48,38 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
   private ended = false;
   /** The bound of the wait for a connection (waitAtMost), until onConnect. */
   private timer: NodeJS.Timeout | null = null;
+  /** The client's connection is watched (watchClient): its close ends the exchange. */
+  private watching = false;
+  /** The client left before the exchange was over (clientLeft). */
+  private gone = false;
 
   constructor(private readonly res: ServerResponse, private readonly sink: RelaySink<T>, private readonly opaque: T) {}
 
   /**
    * The dispatch found every upstream connection busy: if it is not written by then (onConnect), it is answered
-   * at `timeoutMs` as never sent (noConnectionInTime), and dropped unsent when a connection comes.
+   * at `timeoutMs` as never sent (noConnectionInTime), and dropped unsent when a connection comes. A client
+   * that leaves meanwhile ends it at once (clientLeft), and it is dropped unsent the same way.
    */
   waitAtMost(timeoutMs: number): void {
     if (this.abort !== null || this.ended) return; // written already (undici may write within dispatch), or over
     this.timer = setTimeout(queuedTooLong, timeoutMs, this, timeoutMs);
+    if (this.res.destroyed) this.clientLeft(); // gone before the dispatch: its close has been emitted already
+    else this.watchClient();
+  }
+
+  /** From now on, the client closing its connection before the exchange is over abandons it (clientLeft). */
+  private watchClient(): void {
+    if (this.watching) return;
+    this.watching = true;
+    this.res.once('close', () => {
+      if (!this.ended) this.clientLeft();
+    });
   }
 
   onConnect(abort: (err?: Error) => void): void {
     this.abort = abort;
     if (this.timer !== null) this.stopTimer();
-    if (this.ended) abort(droppedUnsent()); // answered at the deadline (queuedTooLong)
+    if (this.ended) abort(this.gone ? new ClientGone() : droppedUnsent()); // its client left, or answered at the deadline (queuedTooLong)
   }
 
   private stopTimer(): void {
@@ -95,9 +114,7 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     }
     res.writeHead(statusCode, headers);
     this.started = true;
-    res.once('close', () => {
-      if (!this.ended) this.clientLeft();
-    });
+    this.watchClient();
     return true;
   }
 
@@ -125,8 +142,11 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     this.sink.end(this.opaque, classify(err), false);
   }
 
+  /** The client left: the exchange is abandoned (aborted if written; dropped unsent by onConnect if still waiting). */
   private clientLeft(): void {
     this.ended = true;
+    this.gone = true;
+    if (this.timer !== null) this.stopTimer();
     const abort = this.abort;
     if (abort !== null) abort(new ClientGone());
     this.sink.end(this.opaque, null, true);

@@ -4,7 +4,8 @@ import net from 'node:net';
 import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { startTestProxy } from '../helpers/proxy.js';
-import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { send } from '../helpers/http.js';
+import { DOWNLOAD_BYTES, oneConnectionYaml, startDownloadUpstream, startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { captureLogger, requestLine as findRequestLine } from './support.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
@@ -79,5 +80,52 @@ describe('pass-through: who broke the response off', () => {
     const line = await requestLine('/files/upstream-breaks');
     assert.equal(line.outcome, 'upstream_error', JSON.stringify(line));
     assert.equal((await outcomes()).upstream_error, 1);
+  });
+});
+
+// A pass-through request still waiting for a connection to the upstream (every one of upstream.connections busy)
+// when its client hangs up is never sent: nobody is left to read its answer, and a request the client gave up
+// on (a POST to a passthrough route, say) must not run behind its back when a connection frees. One upstream
+// connection; a download holds it for 1.6 s, well inside upstream.timeout, so only the client's leaving can
+// stop the waiting request.
+describe('pass-through: a client that hangs up while its request waits for an upstream connection', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let proxy: RunningProxy;
+  const log = captureLogger('info');
+  const downloads = (): number => upstream.received.filter((r) => r.url === '/download').length;
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startDownloadUpstream();
+    proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: oneConnectionYaml('5s'), logger: log.logger });
+  });
+  after(async () => {
+    await proxy.close();
+    await upstream.close();
+    await db.drop();
+  });
+
+  test('the waiting request is dropped unsent, logged as the client\'s doing, and the connection serves the next request', async () => {
+    const download = send(`${proxy.url}/download`, { method: 'GET' });
+    await waitFor('the download to hold the one connection', () => downloads() === 1);
+    // A second download waits for the connection; its client hangs up 200 ms later, long before the first ends.
+    const u = new URL(proxy.url);
+    await new Promise<void>((resolve, reject) => {
+      const s = net.connect(Number(u.port), u.hostname, () => {
+        s.write('GET /download HTTP/1.1\r\nHost: x\r\n\r\n');
+        setTimeout(() => s.destroy(), 200);
+      });
+      s.on('close', () => resolve());
+      s.on('error', reject);
+    });
+    const line = await waitFor('the request line of the download whose client left', () => log.lines
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .find((j) => j.msg === 'request' && j.path === '/download' && /client closed/.test(String(j.detail))));
+    assert.equal(line.outcome, 'passthrough', JSON.stringify(line));
+    assert.equal((await download).body.length, DOWNLOAD_BYTES);
+    // The one connection is free again: the next request goes through it at once.
+    const next = await send(`${proxy.url}/orders/o-1`, { headers: { 'content-type': 'application/json', 'idempotency-key': 'o-1' }, body: '{"n":1}' });
+    assert.equal(next.status, 201);
+    assert.equal(downloads(), 1, 'the download whose client left never reached the upstream');
   });
 });
