@@ -48,8 +48,6 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
   private ended = false;
   /** The bound of the wait for a connection (waitAtMost), until onConnect. */
   private timer: NodeJS.Timeout | null = null;
-  /** The client's connection is watched (watchClient): its close ends the exchange. */
-  private watching = false;
   /** The client left before the exchange was over (clientLeft). */
   private gone = false;
 
@@ -67,10 +65,12 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     else this.watchClient();
   }
 
-  /** From now on, the client closing its connection before the exchange is over abandons it (clientLeft). */
+  /**
+   * From now on, the client closing its connection before the exchange is over abandons it (clientLeft). A
+   * request that waited for its connection is watched from waitAtMost and again from start: of the two listeners,
+   * the first to run ends the exchange and the other finds it ended.
+   */
   private watchClient(): void {
-    if (this.watching) return;
-    this.watching = true;
     this.res.once('close', () => {
       if (!this.ended) this.clientLeft();
     });
