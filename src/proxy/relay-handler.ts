@@ -60,9 +60,12 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
    */
   waitAtMost(timeoutMs: number): void {
     if (this.abort !== null || this.ended) return; // written already (undici may write within dispatch), or over
+    if (this.res.destroyed) {
+      this.clientLeft(); // gone before the dispatch: its close has been emitted already
+      return;
+    }
     this.timer = setTimeout(queuedTooLong, timeoutMs, this, timeoutMs);
-    if (this.res.destroyed) this.clientLeft(); // gone before the dispatch: its close has been emitted already
-    else this.watchClient();
+    this.watchClient();
   }
 
   /**
