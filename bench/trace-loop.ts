@@ -26,7 +26,7 @@ import { ProtobufSpans } from '../src/tracing/otlp-protobuf.js';
 import { Recorder } from '../src/tracing/recorder.js';
 import { samplerFrom } from '../src/tracing/sampler.js';
 import { hex } from '../src/tracing/span.js';
-import { endChild, RequestTracing } from '../src/tracing/spans.js';
+import { RequestTracing } from '../src/tracing/spans.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -110,13 +110,11 @@ function replay(i: number): void {
 const headers: string[] = [];
 function newKey(i: number): void {
   const ctx = claimed(i, 'claimed');
-  const upstream = tracing.child(ctx, 'upstream');
-  upstream.setAttribute('http.request.method', ctx.method);
+  const t0 = performance.now();
   headers.length = 0;
-  tracing.addHeaders(upstream, headers);
-  upstream.setAttribute('http.response.status_code', 201);
-  endChild(upstream);
+  tracing.upstreamStart(ctx, headers);
   const t1 = performance.now();
+  tracing.upstreamEnd(ctx, t0, t1, 201);
   tracing.withTrace(ctx, records[i % 1000]!);
   tracing.storeSpan(ctx, 'commit', t1, performance.now(), null);
   ctx.outcome = 'executed';

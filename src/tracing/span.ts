@@ -50,6 +50,12 @@ export class TraceSpan {
   error: string | null = null;
   /** A replay's: the traceparent its record kept of the execution it replays, which its span links to (read when it ends). */
   linked: string | null = null;
+  /**
+   * A server span's: the span id of the request's upstream call while it runs (RequestTracing.upstreamStart), its
+   * span written when the call ends, as a store round trip's is: no TraceSpan of its own.
+   */
+  u0 = 0;
+  u1 = 0;
   private tp: string | null = null;
 
   constructor(
@@ -89,16 +95,24 @@ export class TraceSpan {
   /** `00-<trace id>-<span id>-<flags>`: this span as a parent (W3C Trace Context); made once (the upstream's header, the record's entry). */
   traceparent(): string {
     if (this.tp !== null) return this.tp;
-    const view = TRACEPARENT_OUT_VIEW;
-    hexAt(view, 3, this.t0);
-    hexAt(view, 11, this.t1);
-    hexAt(view, 19, this.t2);
-    hexAt(view, 27, this.t3);
-    hexAt(view, 36, this.s0);
-    hexAt(view, 44, this.s1);
-    TRACEPARENT_OUT[54] = this.sink === null ? 48 : 49;
-    return (this.tp = latin1Slice.call(TRACEPARENT_OUT, 0, 55));
+    return (this.tp = traceparentOf(this, this.s0, this.s1));
   }
+}
+
+/**
+ * `00-<trace id>-<span id>-<flags>` for a span of `trace`'s trace (its trace id and sampled flag) whose span id is
+ * `s0`, `s1`: the traceparent naming it as a parent (W3C Trace Context).
+ */
+export function traceparentOf(trace: TraceSpan, s0: number, s1: number): string {
+  const view = TRACEPARENT_OUT_VIEW;
+  hexAt(view, 3, trace.t0);
+  hexAt(view, 11, trace.t1);
+  hexAt(view, 19, trace.t2);
+  hexAt(view, 27, trace.t3);
+  hexAt(view, 36, s0);
+  hexAt(view, 44, s1);
+  TRACEPARENT_OUT[54] = trace.sink === null ? 48 : 49;
+  return latin1Slice.call(TRACEPARENT_OUT, 0, 55);
 }
 
 /** The character codes of the lower-case hex digits. */

@@ -8,7 +8,7 @@ import type { CompiledAttr, CompiledHead, CompiledKey, HeadText, SpanEncoder } f
 import type { IdPool } from './ids.js';
 import type { Recorder } from './recorder.js';
 import type { Sampler } from './sampler.js';
-import { CLIENT, linkOf, ownTraceparent, SERVER, TraceSpan, word, type AttributeValue, type SpanLink, type SpanRef } from './span.js';
+import { CLIENT, linkOf, ownTraceparent, SERVER, traceparentOf, TraceSpan, word, type AttributeValue, type SpanLink, type SpanRef } from './span.js';
 
 // The request's spans (docs/operations.md, Tracing). Loaded with the rest of
 // src/tracing/ only when tracing is on: with tracing off the lifecycle holds
@@ -156,6 +156,41 @@ class StoreSpanHeads {
   }
 }
 
+/**
+ * The upstream call's span head: its name (upstream), its kind (client), its method and, once an answer came, its
+ * status code (http.request.method, http.response.status_code); compiled once per method and status code (at most
+ * 64 of each kept), the last one checked first.
+ */
+class UpstreamSpanHeads {
+  private readonly byMethod = new Map<string, Map<number, CompiledHead>>();
+  private lastMethod = '';
+  private lastStatus = -1;
+  private last: CompiledHead | null = null;
+
+  constructor(private readonly enc: SpanEncoder) {}
+
+  /** `status`: the answer's status code, 0 for none. */
+  head(method: string, status: number): CompiledHead {
+    if (method === this.lastMethod && status === this.lastStatus) return this.last!;
+    let byStatus = this.byMethod.get(method);
+    if (byStatus === undefined) {
+      byStatus = new Map();
+      if (this.byMethod.size < 64) this.byMethod.set(method, byStatus);
+    }
+    let head = byStatus.get(status);
+    if (head === undefined) {
+      const attrs: Array<[string, AttributeValue]> = [['http.request.method', method]];
+      if (status !== 0) attrs.push(['http.response.status_code', status]);
+      head = this.enc.compileHead('upstream', CLIENT, attrs);
+      if (byStatus.size < 64) byStatus.set(status, head);
+    }
+    this.lastMethod = method;
+    this.lastStatus = status;
+    this.last = head;
+    return head;
+  }
+}
+
 const header = (headers: IncomingHttpHeaders, name: string): string | undefined => {
   const v = headers[name];
   return Array.isArray(v) ? v.join(',') : v;
@@ -164,6 +199,7 @@ const header = (headers: IncomingHttpHeaders, name: string): string | undefined 
 export class RequestTracing {
   private readonly heads: ServerSpanHeads;
   private readonly storeHeads: StoreSpanHeads;
+  private readonly upstreamHeads: UpstreamSpanHeads;
   /** The server span's other attributes' names, encoded once. */
   private readonly pathKey: CompiledKey;
   private readonly sourceKey: CompiledKey;
@@ -177,6 +213,7 @@ export class RequestTracing {
     const enc = recorder.encoder;
     this.heads = new ServerSpanHeads(enc);
     this.storeHeads = new StoreSpanHeads(enc);
+    this.upstreamHeads = new UpstreamSpanHeads(enc);
     this.pathKey = enc.key('url.path');
     this.sourceKey = enc.key('error.source');
   }
@@ -243,6 +280,40 @@ export class RequestTracing {
   addHeaders(span: TraceSpan, headers: string[]): void {
     headers.push('traceparent', span.traceparent());
     if (span.traceState !== null) headers.push('tracestate', span.traceState);
+  }
+
+  /**
+   * The upstream call of the request's forward phase begins: its span id is drawn and kept on the request's span
+   * (TraceSpan.u0, u1), and `headers` ([name, value, …]) get the traceparent naming it as the parent the upstream
+   * sees (and the tracestate). Its span is written when the call ends (upstreamEnd), as a store round trip's is:
+   * no TraceSpan and no attribute array of its own, kept through the upstream's answer. An unsampled request's
+   * upstream sees its server span's context and records nothing.
+   */
+  upstreamStart(ctx: RequestContext, headers: string[]): void {
+    const p = ctx.span!;
+    if (!p.sampled) {
+      this.addHeaders(p, headers);
+      return;
+    }
+    const u0 = this.ids.word();
+    const u1 = this.ids.lastWord(u0);
+    p.u0 = u0;
+    p.u1 = u1;
+    headers.push('traceparent', traceparentOf(p, u0, u1));
+    if (p.traceState !== null) headers.push('tracestate', p.traceState);
+  }
+
+  /**
+   * The upstream call's span, from `startMs` to `endMs` (the forward phase's own clock readings): `status`, the
+   * answer's status code (0: none came); `err`, why the exchange failed (the span's status).
+   */
+  upstreamEnd(ctx: RequestContext, startMs: number, endMs: number, status: number, err?: unknown): void {
+    const p = ctx.span!;
+    if (!p.sampled) return;
+    const enc = this.recorder.openChild(p, p.u0, p.u1, startMs, endMs, this.upstreamHeads.head(ctx.method, status));
+    if (enc === null) return;
+    if (err !== undefined) enc.error((err as Error)?.message ?? String(err));
+    this.recorder.close();
   }
 
   /**

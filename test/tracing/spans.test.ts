@@ -75,6 +75,11 @@ describe('tracing on: spans exported over OTLP/HTTP', () => {
       assert.ok(durationNs(s) > 0n, `${name} has a duration`);
     }
     assert.ok(durationNs(byName.get('upstream')!) >= 15_000_000n, 'the upstream span covers the upstream delay (20 ms)');
+    // The upstream call's span is written when the call ends, from a head compiled per method and status code.
+    assert.equal(byName.get('upstream')!.kind, 3, 'the upstream call is a client span');
+    assert.equal(attr(byName.get('upstream')!, 'http.request.method'), 'POST');
+    assert.equal(Number(attr(byName.get('upstream')!, 'http.response.status_code')), 201);
+    assert.equal(byName.get('upstream')!.status?.code ?? 0, 0, 'an answered call has no error status');
 
     // What the upstream received: the proxy's upstream span as parent, the client's tracestate, one traceparent.
     const got = upstream.received.find((r) => r.headers['idempotency-key'] === key)!;
@@ -128,6 +133,11 @@ describe('tracing on: spans exported over OTLP/HTTP', () => {
     const release = spans.find((s) => s.name === 'release')!;
     const upstreamCall = spans.find((s) => s.name === 'upstream')!;
     assert.ok(BigInt(upstreamCall.endTimeUnixNano) <= BigInt(release.startTimeUnixNano), 'the release comes after the upstream call');
+    assert.equal(upstreamCall.status?.code, 2, `the failed upstream call has an error status (got ${JSON.stringify(upstreamCall.status)})`);
+    assert.ok((upstreamCall.status?.message ?? '').length > 0, 'with why it failed');
+    assert.equal(attr(upstreamCall, 'http.request.method'), 'POST');
+    assert.equal(attr(upstreamCall, 'http.response.status_code'), undefined, 'no answer: no status code');
+    assert.ok(durationNs(upstreamCall) > 0n, 'the failed call has a duration');
     assert.ok(durationNs(release) > 0n, 'the release span covers its round trip');
   });
 

@@ -1,6 +1,4 @@
 import type { UpstreamError } from '../../errors.js';
-import { endChild } from '../../tracing/spans.js';
-import type { TraceSpan } from '../../tracing/span.js';
 import { CLAIM_HEADER } from '../../proxy/headers.js';
 import { recordUpstream, type Recorder, type Recording } from '../../proxy/record-handler.js';
 import { claimToken } from '../../store/claim-token.js';
@@ -24,14 +22,11 @@ export const forwardPhase: Phase = {
     const claim = ctx.claim!;
     // The row and owner token, for an upstream that settles the key in its own transaction (docs/co-commit.md).
     const extraHeaders = [CLAIM_HEADER, claimToken(claim.tenantId, claim.key, claim.ownerToken)];
-    let span: TraceSpan | null = null;
-    if (ctx.span !== null) {
-      // The upstream call's span is the parent the upstream sees (docs/operations.md, Tracing).
-      span = deps.tracing!.child(ctx, 'upstream');
-      span.setAttribute('http.request.method', ctx.method);
-      deps.tracing!.addHeaders(span, extraHeaders);
-    }
-    recordUpstream(deps.upstream, ctx.req, ctx.body, ctx.res, new Forwarding(deps, ctx, resolve, reject, span), {
+    const t0 = performance.now();
+    // The upstream call's span is the parent the upstream sees (docs/operations.md, Tracing); it is written when
+    // the call ends, from this phase's two clock readings.
+    if (ctx.span !== null) deps.tracing!.upstreamStart(ctx, extraHeaders);
+    recordUpstream(deps.upstream, ctx.req, ctx.body, ctx.res, new Forwarding(deps, ctx, resolve, reject, t0), {
       limit: policy.maxStoredResponseBytes,
       timeoutMs: deps.upstream.timeoutMs,
       budget: deps.budget,
@@ -48,14 +43,13 @@ function echoKey(recording: Recording, key: string): void {
 }
 
 class Forwarding implements Recorder {
-  private readonly t0 = performance.now();
-
   constructor(
     private readonly deps: LifecycleDeps,
     private readonly ctx: RequestContext,
     private readonly resolve: (v: Verdict) => void,
     private readonly reject: (err: unknown) => void,
-    private readonly span: TraceSpan | null,
+    /** performance.now() when the request went upstream. */
+    private readonly t0: number,
   ) {}
 
   head(recording: Recording, statusCode: number): boolean {
@@ -75,15 +69,13 @@ class Forwarding implements Recorder {
   end(recording: Recording, error: UpstreamError | null): void {
     // The upstream exchange ends when its body does: the commit after it is store time.
     const ctx = this.ctx;
-    ctx.upstreamMs = performance.now() - this.t0;
+    const t1 = performance.now();
+    ctx.upstreamMs = t1 - this.t0;
     // A recorded exchange that ran to its end teaches the route's 409 Retry-After.
     if (error === null && !ctx.released) ctx.plan!.durations.observe(ctx.upstreamMs);
     ctx.exchange = recording;
     ctx.upstreamError = error;
-    if (this.span !== null) {
-      if (recording.statusCode !== 0) this.span.setAttribute('http.response.status_code', recording.statusCode);
-      endChild(this.span, error ?? undefined);
-    }
+    if (ctx.span !== null) this.deps.tracing!.upstreamEnd(ctx, this.t0, t1, recording.statusCode, error ?? undefined);
     this.resolve(NEXT);
   }
 }
