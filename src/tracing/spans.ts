@@ -249,9 +249,10 @@ export class RequestTracing {
   }
 
   /**
-   * A child of the request's span: a store round trip (claim, commit, release), the upstream call, a wait.
-   * An unsampled request's children are its server span itself: they record nothing, and the upstream
-   * sees the server span's context. `startMs`: the phase's own clock reading, when it takes one anyway.
+   * A child of the request's span, as an object while it runs: off the hot paths (a wait for the first request,
+   * a reclaim, a probe, a reference route's fetch). The store round trips' spans (storeSpan) and the upstream
+   * call's (upstreamStart, upstreamEnd) are written without one. An unsampled request's children are its server
+   * span itself: they record nothing. `startMs`: the phase's own clock reading, when it takes one anyway.
    */
   child(ctx: RequestContext, name: string, kind: number = CLIENT, startMs: number = performance.now()): TraceSpan {
     const p = ctx.span!;
@@ -277,7 +278,7 @@ export class RequestTracing {
   }
 
   /** Appends traceparent (and tracestate) naming `span` as the parent to `headers` ([name, value, …]). */
-  addHeaders(span: TraceSpan, headers: string[]): void {
+  private addHeaders(span: TraceSpan, headers: string[]): void {
     headers.push('traceparent', span.traceparent());
     if (span.traceState !== null) headers.push('tracestate', span.traceState);
   }
