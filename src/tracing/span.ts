@@ -92,7 +92,7 @@ export class TraceSpan {
     if (this.sink !== null) this.sink.record(this, endMs);
   }
 
-  /** `00-<trace id>-<span id>-<flags>`: this span as a parent (W3C Trace Context); made once (the upstream's header, the record's entry). */
+  /** `00-<trace id>-<span id>-<flags>`: this span as a parent (W3C Trace Context); made once (an unsampled request's upstream header, the record's trace context). */
   traceparent(): string {
     if (this.tp !== null) return this.tp;
     return (this.tp = traceparentOf(this, this.s0, this.s1));

@@ -277,12 +277,6 @@ export class RequestTracing {
     this.recorder.close();
   }
 
-  /** Appends traceparent (and tracestate) naming `span` as the parent to `headers` ([name, value, …]). */
-  private addHeaders(span: TraceSpan, headers: string[]): void {
-    headers.push('traceparent', span.traceparent());
-    if (span.traceState !== null) headers.push('tracestate', span.traceState);
-  }
-
   /**
    * The upstream call of the request's forward phase begins: its span id is drawn and kept on the request's span
    * (TraceSpan.u0, u1), and `headers` ([name, value, …]) get the traceparent naming it as the parent the upstream
@@ -292,15 +286,17 @@ export class RequestTracing {
    */
   upstreamStart(ctx: RequestContext, headers: string[]): void {
     const p = ctx.span!;
-    if (!p.sampled) {
-      this.addHeaders(p, headers);
-      return;
+    let tp: string;
+    if (p.sampled) {
+      const u0 = this.ids.word();
+      const u1 = this.ids.lastWord(u0);
+      p.u0 = u0;
+      p.u1 = u1;
+      tp = traceparentOf(p, u0, u1);
+    } else {
+      tp = p.traceparent();
     }
-    const u0 = this.ids.word();
-    const u1 = this.ids.lastWord(u0);
-    p.u0 = u0;
-    p.u1 = u1;
-    headers.push('traceparent', traceparentOf(p, u0, u1));
+    headers.push('traceparent', tp);
     if (p.traceState !== null) headers.push('tracestate', p.traceState);
   }
 
