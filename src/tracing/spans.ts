@@ -271,7 +271,12 @@ export class RequestTracing {
     const p = ctx.span!;
     if (!p.sampled) return;
     const s0 = this.ids.word();
-    const enc = this.recorder.openChild(p, s0, this.ids.lastWord(s0), startMs, endMs, this.storeHeads.head(op, claim));
+    this.writeChild(p, s0, this.ids.lastWord(s0), startMs, endMs, this.storeHeads.head(op, claim), err);
+  }
+
+  /** A child span of `p` written whole into the export batch (a store round trip's, the upstream call's): no TraceSpan. */
+  private writeChild(p: TraceSpan, s0: number, s1: number, startMs: number, endMs: number, head: CompiledHead, err: unknown): void {
+    const enc = this.recorder.openChild(p, s0, s1, startMs, endMs, head);
     if (enc === null) return;
     if (err !== undefined) enc.error((err as Error)?.message ?? String(err));
     this.recorder.close();
@@ -307,10 +312,7 @@ export class RequestTracing {
   upstreamEnd(ctx: RequestContext, startMs: number, endMs: number, status: number, err?: unknown): void {
     const p = ctx.span!;
     if (!p.sampled) return;
-    const enc = this.recorder.openChild(p, p.u0, p.u1, startMs, endMs, this.upstreamHeads.head(ctx.method, status));
-    if (enc === null) return;
-    if (err !== undefined) enc.error((err as Error)?.message ?? String(err));
-    this.recorder.close();
+    this.writeChild(p, p.u0, p.u1, startMs, endMs, this.upstreamHeads.head(ctx.method, status), err);
   }
 
   /**
