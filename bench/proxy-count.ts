@@ -6,10 +6,10 @@
 // benchmark and no target of its own; valgrind counts instructions (and,
 // with --cache-sim, simulated cache misses), not time.
 //
-//   node dist/bench/proxy-count.js [--traced] [--cache-sim | --gc | --alloc] [--keys 1000]
+//   node dist/bench/proxy-count.js [--traced] [--new-keys] [--cache-sim | --gc | --alloc] [--keys 1000]
 //     [--warm 40] [--window 6000] [--rounds 2] [--out DIR]
 //     [--database-url postgres://postgres@127.0.0.1:5432/postgres]
-//     → per window: the records replayed and each event a replay
+//     → per window: the requests sent (replays, or new keys) and each event a request
 //
 // --traced: the counted proxy traces (every request sampled, spans to the
 // upstream, which answers as a collector); without it, tracing is off.
@@ -35,6 +35,15 @@
 // per window, the bytes a replay allocated and the functions that allocated
 // most. Unlike --gc's byte counts, which come from whole scavenges around
 // the window, these are the window's own, by function.
+//
+// --new-keys: new keys instead of replays, in every mode: before each window
+// --window new keys warm the proxy, then the window sends --window others
+// (each key once, none stored before; it refuses --keys and --warm). No
+// records are stored first, and a round has one window. For where a new
+// key's traced cost goes beyond tracing's own code (bench/trace-loop.ts
+// counts that): run it with and without --traced and compare the rounds.
+// A new key under callgrind costs some 400 K instructions: --window 2000
+// and --rounds 4 take about five minutes a proxy (read round 4).
 import { execFileSync, spawnSync } from 'node:child_process';
 import { closeSync, existsSync, fstatSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, readSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -58,8 +67,10 @@ const { values: args } = parseArgs({
     'cache-sim': { type: 'boolean', default: false },
     gc: { type: 'boolean', default: false },
     alloc: { type: 'boolean', default: false },
-    keys: { type: 'string', default: '1000' },
-    warm: { type: 'string', default: '40' },
+    'new-keys': { type: 'boolean', default: false },
+    // No defaults here: --new-keys uses neither, and says so when given one (KEYS, WARM below).
+    keys: { type: 'string' },
+    warm: { type: 'string' },
     window: { type: 'string', default: '6000' },
     rounds: { type: 'string', default: '2' },
     out: { type: 'string' },
@@ -67,19 +78,23 @@ const { values: args } = parseArgs({
   },
 });
 
-function count(name: 'keys' | 'warm' | 'window' | 'rounds'): number {
-  const n = Number(args[name]);
+function count(name: 'keys' | 'warm' | 'window' | 'rounds', otherwise: string): number {
+  const n = Number(args[name] ?? otherwise);
   if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} ${args[name]}: a whole number above 0`);
   return n;
 }
-const KEYS = count('keys');
-const WARM = count('warm');
-const WINDOW = count('window');
-const ROUNDS = count('rounds');
+const KEYS = count('keys', '1000');
+const WARM = count('warm', '40');
+const WINDOW = count('window', '6000');
+const ROUNDS = count('rounds', '2');
 const CONNECTIONS = 25;
 const DATABASE = 'idem_count';
 const SETS = ['untraced', 'traced'] as const;
 type RecordSet = (typeof SETS)[number];
+const NEW_KEYS = args['new-keys'];
+if (NEW_KEYS && (args.keys !== undefined || args.warm !== undefined)) {
+  throw new Error('--new-keys sends --window new keys to warm the proxy and --window others counted: it takes neither --keys nor --warm');
+}
 
 if (args.gc && args['cache-sim']) throw new Error('--gc runs the proxy natively: it cannot take --cache-sim');
 if (args.alloc && (args.gc || args['cache-sim'])) throw new Error('--alloc runs the proxy natively with a profiler of its own: it cannot take --gc or --cache-sim');
@@ -141,6 +156,24 @@ async function send(pool: Pool, set: RecordSet, passes: number, replays: boolean
   await Promise.all(Array.from({ length: CONNECTIONS }, one));
 }
 
+/** `n` new keys (none sent before: `prefix` is this run's and this batch's) over `pool`, CONNECTIONS at a time: each must be executed, not replayed. */
+async function sendNew(pool: Pool, prefix: string, n: number): Promise<void> {
+  let next = 0;
+  const one = async (): Promise<void> => {
+    while (next < n) {
+      const k = next++;
+      const res = await pool.request({
+        method: 'POST', path: '/bench/newkey', body: REQUEST_BODY,
+        headers: { 'content-type': 'application/json', 'idempotency-key': `${prefix}-${k}` },
+      });
+      await res.body.dump();
+      if (res.statusCode >= 300) throw new Error(`new key ${prefix}-${k}: status ${res.statusCode} (see ${tmp})`);
+      if (res.headers['idempotent-replayed'] === 'true') throw new Error(`new key ${prefix}-${k}: replayed`);
+    }
+  };
+  await Promise.all(Array.from({ length: CONNECTIONS }, one));
+}
+
 /** Callgrind's `events:` and `totals:` lines of one dump file, the totals divided by `n`. */
 function events(file: string, n: number): Map<string, number> {
   const text = readFileSync(join(out, file), 'utf8');
@@ -150,7 +183,7 @@ function events(file: string, n: number): Map<string, number> {
 }
 
 /**
- * The newest dump's events a replay: the main thread's (its file ends in -01: valgrind numbers threads from 1), and
+ * The newest dump's events a request (of `n`): the main thread's (its file ends in -01: valgrind numbers threads from 1), and
  * every thread's (V8's background compiler and collector among them, whose share moves from window to window).
  */
 function newestDump(pid: number, n: number): { main: Map<string, number>; all: Map<string, number> } {
@@ -169,7 +202,7 @@ function newestDump(pid: number, n: number): { main: Map<string, number>; all: M
 const BYTE_FIELDS = (['allocated', 'new_space_survived', 'promoted'] as const).map((f) => [f, new RegExp(` ${f}=(\\d+)`)] as const);
 
 /**
- * What --trace-gc-nvp logged in `text` (the proxy's log between two readings of its length), a replay: each
+ * What --trace-gc-nvp logged in `text` (the proxy's log between two readings of its length), a request (of `n`): each
  * collection's line carries its kind (gc=s: a scavenge), its pause in ms and, for a scavenge, its bytes (a full
  * collection's byte counts are of the whole heap: only its pause and its number are taken).
  */
@@ -223,7 +256,7 @@ async function profileWritten(pid: number, n: number): Promise<string> {
 }
 
 /**
- * A window's allocations a replay, from V8's sampling heap profile: the bytes in all (each node's selfSize, V8's
+ * A window's allocations a request (of `n`), from V8's sampling heap profile: the bytes in all (each node's selfSize, V8's
  * estimate from its samples) and the functions that allocated most, by name, file and line.
  */
 function allocations(file: string, n: number): string {
@@ -254,7 +287,7 @@ try {
     logFile: join(tmp, 'upstream.log'), env: process.env, cwd: projectRoot, timeoutMs: 15_000, ready: upstreamReady,
   });
   // The records: one set stored by a traced proxy (each keeps its execution's trace context), one by an untraced one.
-  for (const set of SETS) {
+  for (const set of NEW_KEYS ? [] : SETS) {
     const recorder = await startProxy(`record-${set}`, upstream.url, databaseUrl, set === 'traced', []);
     const pool = new Pool(recorder.url, { connections: CONNECTIONS });
     await send(pool, set, 1, false);
@@ -277,35 +310,47 @@ try {
   const windowPasses = Math.ceil(WINDOW / KEYS);
   console.log(`proxy (pid ${pid}, tracing ${args.traced ? 'on' : 'off'}, ${how} in ${tmp}`);
   let profiles = 0;
+  // A window: its name in the lines printed, what warms the proxy before it, what it sends, and how many requests.
+  interface Window { readonly name: string; readonly each: string; warm(): Promise<void>; send(): Promise<void>; readonly n: number }
+  const windows = (round: number): Window[] => NEW_KEYS
+    ? [{
+      name: 'new keys', each: 'a new key', n: WINDOW,
+      warm: () => sendNew(pool, `count-new-${pid}-${round}-warm`, WINDOW),
+      send: () => sendNew(pool, `count-new-${pid}-${round}`, WINDOW),
+    }]
+    : SETS.map((set) => ({
+      name: `records stored ${set}`, each: 'a replay', n: windowPasses * KEYS,
+      warm: () => send(pool, set, WARM, true),
+      send: () => send(pool, set, windowPasses, true),
+    }));
   for (let round = 1; round <= ROUNDS; round++) {
-    for (const set of SETS) {
-      await send(pool, set, WARM, true);
+    for (const w of windows(round)) {
+      await w.warm();
       if (args.gc) {
         const before = statSync(proxy.logFile).size;
         const cpuBefore = readCpuNs(proxy.pid);
-        await send(pool, set, windowPasses, true);
+        await w.send();
         const cpuNs = cpuNsBetween(cpuBefore, readCpuNs(proxy.pid));
         const text = readFrom(proxy.logFile, before);
-        const n = windowPasses * KEYS;
-        const cpu = cpuNs === null ? 'CPU not read (a thread came or went)' : `CPU ${(cpuNs / 1000 / n).toFixed(1)} µs`;
-        console.log(`round ${round}, records stored ${set}: a replay, ${cpu}, ${collections(text, n)}`);
+        const cpu = cpuNs === null ? 'CPU not read (a thread came or went)' : `CPU ${(cpuNs / 1000 / w.n).toFixed(1)} µs`;
+        console.log(`round ${round}, ${w.name}: ${w.each}, ${cpu}, ${collections(text, w.n)}`);
         continue;
       }
       if (args.alloc) {
         process.kill(proxy.pid, 'SIGUSR2');
-        await sleep(200); // the proxy's handler runs on its next turn: sampling is on before the window's first replay
-        await send(pool, set, windowPasses, true);
+        await sleep(200); // the proxy's handler runs on its next turn: sampling is on before the window's first request
+        await w.send();
         process.kill(proxy.pid, 'SIGUSR2');
         const file = await profileWritten(proxy.pid, ++profiles);
-        console.log(`round ${round}, records stored ${set}: a replay, ${allocations(file, windowPasses * KEYS)}`);
+        console.log(`round ${round}, ${w.name}: ${w.each}, ${allocations(file, w.n)}`);
         continue;
       }
       execFileSync('callgrind_control', ['-i', 'on', pid], { stdio: 'ignore' });
-      await send(pool, set, windowPasses, true);
+      await w.send();
       execFileSync('callgrind_control', ['-i', 'off', pid], { stdio: 'ignore' });
       execFileSync('callgrind_control', ['-d', pid], { stdio: 'ignore' });
-      const { main: mainThread, all } = newestDump(proxy.pid, windowPasses * KEYS);
-      console.log(`round ${round}, records stored ${set}: a replay, main thread ${shown(mainThread)}; all threads ${shown(all)}`);
+      const { main: mainThread, all } = newestDump(proxy.pid, w.n);
+      console.log(`round ${round}, ${w.name}: ${w.each}, main thread ${shown(mainThread)}; all threads ${shown(all)}`);
     }
   }
   await pool.close();

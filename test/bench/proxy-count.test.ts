@@ -1,7 +1,8 @@
-// bench/proxy-count.ts --alloc, run as a process against the machine's
-// PostgreSQL: real proxies record keys, a third replays them with V8's
+// bench/proxy-count.ts, run as a process against the machine's PostgreSQL.
+// --alloc: real proxies record keys, a third replays them with V8's
 // sampling heap profiler on (bench/lib/alloc-sampler.ts, loaded into the
 // proxy), and the tool prints what each window allocated, a replay.
+// --new-keys: the counted proxy is sent keys no one sent before.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -11,7 +12,7 @@ import { repoRoot } from '../helpers/repo.js';
 
 const root = repoRoot();
 
-describe('bench/proxy-count.ts --alloc', () => {
+describe('bench/proxy-count.ts', () => {
   test("each window's allocations a replay: what the window allocated, objects already collected included", async () => {
     await requirePostgres();
     const r = spawnSync(process.execPath, [
@@ -31,6 +32,29 @@ describe('bench/proxy-count.ts --alloc', () => {
       assert.equal(named.length, 10, most);
       for (const f of named) assert.match(f, /^\S.* \d+ B$/);
       assert.ok(named.some((f) => /\.js:\d+ \d+ B$/.test(f)), most);
+    }
+  });
+
+  test('--new-keys: each window sends keys never sent before, each executed once, and is read a new key', async () => {
+    await requirePostgres();
+    const r = spawnSync(process.execPath, [
+      join(root, 'dist', 'bench', 'proxy-count.js'), '--new-keys', '--gc', '--window', '300', '--rounds', '2', '--database-url', ADMIN_URL,
+    ], { cwd: root, encoding: 'utf8', timeout: 180_000 });
+    assert.equal(r.status, 0, `proxy-count failed:\n${r.stdout}\n${r.stderr}`);
+    assert.match(r.stdout, /tracing off, --trace-gc-nvp/);
+    // One window a round, no records stored first: a replayed answer would have stopped the tool (sendNew).
+    const windows = [...r.stdout.matchAll(/^round (\d), (.+?): a new key, CPU ([\d.]+) µs, allocated (\d+) B/gm)];
+    assert.deepEqual(windows.map((m) => [m[1], m[2]]), [['1', 'new keys'], ['2', 'new keys']], r.stdout);
+    // A new key allocates more than a replay's some 20 KB (it forwards the request and stores the record).
+    for (const m of windows) assert.ok(Number(m[4]) > 20_000 && Number(m[3]) > 0, m[0]);
+    assert.doesNotMatch(r.stdout, /records stored/);
+  });
+
+  test('--new-keys takes neither --keys nor --warm', () => {
+    for (const other of [['--keys', '50'], ['--warm', '2']]) {
+      const r = spawnSync(process.execPath, [join(root, 'dist', 'bench', 'proxy-count.js'), '--new-keys', ...other], { cwd: root, encoding: 'utf8', timeout: 30_000 });
+      assert.notEqual(r.status, 0);
+      assert.match(r.stderr, /--new-keys sends --window new keys to warm the proxy and --window others counted: it takes neither --keys nor --warm/);
     }
   });
 
