@@ -68,25 +68,26 @@ const { values: args } = parseArgs({
     gc: { type: 'boolean', default: false },
     alloc: { type: 'boolean', default: false },
     'new-keys': { type: 'boolean', default: false },
-    // No defaults here: --new-keys uses neither, and says so when given one (KEYS, WARM below).
+    // Their defaults are count()'s (below): --new-keys refuses --keys and --warm, so it must see whether they were given.
     keys: { type: 'string' },
     warm: { type: 'string' },
-    window: { type: 'string', default: '6000' },
-    rounds: { type: 'string', default: '2' },
+    window: { type: 'string' },
+    rounds: { type: 'string' },
     out: { type: 'string' },
     'database-url': { type: 'string', default: 'postgres://postgres@127.0.0.1:5432/postgres' },
   },
 });
 
-function count(name: 'keys' | 'warm' | 'window' | 'rounds', otherwise: string): number {
-  const n = Number(args[name] ?? otherwise);
+/** The option `name` as a whole number above 0; `otherwise`, its default, when it was not given. */
+function count(name: 'keys' | 'warm' | 'window' | 'rounds', otherwise: number): number {
+  const n = args[name] === undefined ? otherwise : Number(args[name]);
   if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} ${args[name]}: a whole number above 0`);
   return n;
 }
-const KEYS = count('keys', '1000');
-const WARM = count('warm', '40');
-const WINDOW = count('window', '6000');
-const ROUNDS = count('rounds', '2');
+const KEYS = count('keys', 1000);
+const WARM = count('warm', 40);
+const WINDOW = count('window', 6000);
+const ROUNDS = count('rounds', 2);
 const CONNECTIONS = 25;
 const DATABASE = 'idem_count';
 const SETS = ['untraced', 'traced'] as const;
