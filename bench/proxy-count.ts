@@ -136,44 +136,36 @@ function startProxy(name: string, upstream: string, databaseUrl: string, traced:
 }
 
 /**
- * Each key of `set` sent `passes` times over `pool` (CONNECTIONS at a time); with `replays`, every answer must be a
- * replay. One pool a proxy: a counted window holds replays on open connections, no connection set-up.
+ * `total` requests over `pool` (CONNECTIONS at a time), the i-th with the key `keyOf(i)`, each answered with a 2xx;
+ * `replayed`: every answer must be a replay (true) or must not be (false); null: either (the records being stored).
+ * One pool a proxy: a counted window holds requests on open connections, no connection set-up.
  */
-async function send(pool: Pool, set: RecordSet, passes: number, replays: boolean): Promise<void> {
+async function sendKeys(pool: Pool, path: string, total: number, keyOf: (i: number) => string, replayed: boolean | null): Promise<void> {
   let next = 0;
-  const total = KEYS * passes;
   const one = async (): Promise<void> => {
     while (next < total) {
-      const k = next++ % KEYS;
+      const key = keyOf(next++);
       const res = await pool.request({
-        method: 'POST', path: '/bench/replay', body: REQUEST_BODY,
-        headers: { 'content-type': 'application/json', 'idempotency-key': `count-${set}-${k}` },
+        method: 'POST', path, body: REQUEST_BODY,
+        headers: { 'content-type': 'application/json', 'idempotency-key': key },
       });
       await res.body.dump();
-      if (res.statusCode >= 300) throw new Error(`${set} key ${k}: status ${res.statusCode} (see ${tmp})`);
-      if (replays && res.headers['idempotent-replayed'] !== 'true') throw new Error(`${set} key ${k}: not a replay`);
+      if (res.statusCode >= 300) throw new Error(`key ${key}: status ${res.statusCode} (see ${tmp})`);
+      if (replayed !== null && (res.headers['idempotent-replayed'] === 'true') !== replayed) {
+        throw new Error(`key ${key}: ${replayed ? 'not a replay' : 'replayed'}`);
+      }
     }
   };
   await Promise.all(Array.from({ length: CONNECTIONS }, one));
 }
 
-/** `n` new keys (none sent before: `prefix` is this run's and this batch's) over `pool`, CONNECTIONS at a time: each must be executed, not replayed. */
-async function sendNew(pool: Pool, prefix: string, n: number): Promise<void> {
-  let next = 0;
-  const one = async (): Promise<void> => {
-    while (next < n) {
-      const k = next++;
-      const res = await pool.request({
-        method: 'POST', path: '/bench/newkey', body: REQUEST_BODY,
-        headers: { 'content-type': 'application/json', 'idempotency-key': `${prefix}-${k}` },
-      });
-      await res.body.dump();
-      if (res.statusCode >= 300) throw new Error(`new key ${prefix}-${k}: status ${res.statusCode} (see ${tmp})`);
-      if (res.headers['idempotent-replayed'] === 'true') throw new Error(`new key ${prefix}-${k}: replayed`);
-    }
-  };
-  await Promise.all(Array.from({ length: CONNECTIONS }, one));
-}
+/** Each key of `set` sent `passes` times; with `replays`, every answer must be a replay. */
+const send = (pool: Pool, set: RecordSet, passes: number, replays: boolean): Promise<void> =>
+  sendKeys(pool, '/bench/replay', KEYS * passes, (i) => `count-${set}-${i % KEYS}`, replays ? true : null);
+
+/** `n` new keys (none sent before: `prefix` is this run's and this batch's), each executed, not replayed. */
+const sendNew = (pool: Pool, prefix: string, n: number): Promise<void> =>
+  sendKeys(pool, '/bench/newkey', n, (i) => `${prefix}-${i}`, false);
 
 /** Callgrind's `events:` and `totals:` lines of one dump file, the totals divided by `n`. */
 function events(file: string, n: number): Map<string, number> {
