@@ -21,7 +21,8 @@
 // window to window. The dumps stay in --out (callgrind.out.<pid>.<n>-<thread>,
 // one set a window, in the order printed) for callgrind_annotate; JIT code
 // is named from /tmp/perf-<pid>.map (the proxy runs with --perf-basic-prof).
-// Its database (idem_count) is made fresh on the server and dropped after.
+// Its database (idem_count_<pid>: two runs at once each have their own) is made fresh on the server and dropped
+// after.
 //
 // --gc: the same windows with the proxy run natively (no valgrind) and V8's
 // --trace-gc-nvp: per window, a replay's young-generation collections —
@@ -89,7 +90,9 @@ const WARM = count('warm', 40);
 const WINDOW = count('window', 6000);
 const ROUNDS = count('rounds', 2);
 const CONNECTIONS = 25;
-const DATABASE = 'idem_count';
+// Of this run alone: with one name for every run, a second run started during a first dropped the first's
+// database under it (DROP … WITH (FORCE)), or failed creating its own.
+const DATABASE = `idem_count_${process.pid}`;
 const SETS = ['untraced', 'traced'] as const;
 type RecordSet = (typeof SETS)[number];
 const NEW_KEYS = args['new-keys'];

@@ -5,7 +5,8 @@
 // --new-keys: the counted proxy is sent keys no one sent before.
 import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import pg from 'pg';
 import { join } from 'node:path';
 import { ADMIN_URL, requirePostgres } from '../helpers/db.js';
 import { repoRoot } from '../helpers/repo.js';
@@ -48,6 +49,33 @@ describe('bench/proxy-count.ts', () => {
     // A new key allocates more than a replay's some 20 KB (it forwards the request and stores the record).
     for (const m of windows) assert.ok(Number(m[4]) > 20_000 && Number(m[3]) > 0, m[0]);
     assert.doesNotMatch(r.stdout, /records stored/);
+  });
+
+  test('two runs started at the same moment each count in a database of their own, and leave none behind', async () => {
+    await requirePostgres();
+    const run = (): Promise<{ pid: number; code: number | null; out: string }> => new Promise((resolve, reject) => {
+      const child = spawn(process.execPath, [
+        join(root, 'dist', 'bench', 'proxy-count.js'), '--new-keys', '--gc', '--window', '200', '--rounds', '1', '--database-url', ADMIN_URL,
+      ], { cwd: root, timeout: 180_000 });
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d));
+      child.stderr.on('data', (d: Buffer) => (out += d));
+      child.on('error', reject);
+      child.on('close', (code) => resolve({ pid: child.pid!, code, out }));
+    });
+    const runs = await Promise.all([run(), run()]);
+    for (const r of runs) {
+      assert.equal(r.code, 0, `proxy-count (pid ${r.pid}) failed:\n${r.out}`);
+      assert.match(r.out, /^round 1, new keys: a new key, CPU [\d.]+ µs/m);
+    }
+    const admin = new pg.Client({ connectionString: ADMIN_URL });
+    await admin.connect();
+    try {
+      const left = await admin.query<{ datname: string }>('SELECT datname FROM pg_database WHERE datname = ANY($1)', [runs.map((r) => `idem_count_${r.pid}`)]);
+      assert.deepEqual(left.rows, []);
+    } finally {
+      await admin.end();
+    }
   });
 
   test('--new-keys takes neither --keys nor --warm', () => {
