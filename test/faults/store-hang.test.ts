@@ -245,6 +245,37 @@ describe('the Db layer under a store that hangs or drops a connection', () => {
     }
   });
 
+  // A claim's second statement gets what its first left of store.timeout, and a first statement answered late
+  // leaves none (seen under valgrind's slowdown: "PostgreSQL did not answer within -480 ms", and on Node 24 a
+  // TimeoutNegativeWarning from the timer armed with it).
+  test('a statement whose budget is already spent is refused at once and unsent, naming store.timeout: no connection, no negative timer', async () => {
+    await sql(db.url, 'CREATE TABLE spent_probe (n int)');
+    const store = createPgDb({ connectionString: db.url, max: 2, timeoutMs: TIMEOUT_MS });
+    const warnings: Error[] = [];
+    const onWarning = (w: Error): void => { warnings.push(w); };
+    process.on('warning', onWarning);
+    const insert = { name: 'idem_test_spent', text: 'INSERT INTO spent_probe VALUES (1)' };
+    try {
+      for (const budget of [-480, 0, 0.4]) {
+        const err = await store.query(insert, [], budget).then(() => null, (e: unknown) => e);
+        assert.ok(err instanceof StoreUnavailableError, `budget ${budget}: rejected with ${String(err)}`);
+        assert.equal(err.message, `PostgreSQL did not answer within ${TIMEOUT_MS} ms (spent before this statement was sent; store.timeout)`, `budget ${budget}`);
+      }
+      const [conns] = await sql<{ n: number }>(db.url, "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'idempotency-proxy'");
+      assert.equal(conns!.n, 0, 'no connection opened for a statement refused unsent');
+      const inTx = await store.transaction((tx) => tx.query(insert, [], -5)).then(() => null, (e: unknown) => e);
+      assert.ok(inTx instanceof StoreUnavailableError && inTx.message.includes(`within ${TIMEOUT_MS} ms (spent before`), `in a transaction: ${String(inTx)}`);
+      const [rows] = await sql<{ n: number }>(db.url, 'SELECT count(*)::int AS n FROM spent_probe');
+      assert.equal(rows!.n, 0, 'nothing was sent');
+      await sleep(50); // a warning is emitted on a later tick
+      assert.deepEqual(warnings.map((w) => `${w.name}: ${w.message}`), []);
+      assert.deepEqual(await store.query(SELECT_1, [], 1000), [{ one: 1 }], 'a statement with budget left still runs');
+    } finally {
+      process.off('warning', onWarning);
+      await store.close();
+    }
+  });
+
   test('a connection cut under a running statement (a killed server) rejects it StoreUnavailableError, with nothing uncaught', async () => {
     const store = createPgDb({ connectionString: throughRelay(db, relay), max: 1, timeoutMs: 10_000 });
     const uncaught: unknown[] = [];

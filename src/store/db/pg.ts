@@ -74,12 +74,17 @@ export function createPgDb(opts: PgDbOptions): Db {
   // Nor one that is checked out: its statement gets the error (pg emits it
   // on the client too), and the pool drops it on release.
   pool.on('connect', (client) => client.on('error', ignore));
+  const spent = (): StoreTimeoutError => new StoreTimeoutError('spent before this statement was sent', timeoutMs);
   const config = named
     ? (stmt: Statement, values: readonly unknown[]): pg.QueryConfig => ({ name: stmt.name, text: stmt.text, values: values as unknown[] })
     : (stmt: Statement, values: readonly unknown[]): pg.QueryConfig => ({ text: stmt.text, values: values as unknown[] });
 
   async function query<R>(stmt: Statement, values: readonly unknown[], ms?: number): Promise<R[]> {
     const budget = ms === undefined || ms > timeoutMs ? timeoutMs : ms;
+    // What is left of the request's store.timeout can be spent before this statement: a claim's first statement,
+    // answered late, leaves its second none. Refused unsent and at once, naming the bound the operator set: no
+    // connection taken, no timer of a negative length (Node 24 warns of one), no "within -480 ms".
+    if (budget < 1) throw spent();
     const t0 = performance.now();
     const client = await acquire(pool, budget);
     const left = budget - (performance.now() - t0);
@@ -106,8 +111,11 @@ export function createPgDb(opts: PgDbOptions): Db {
     try {
       await bounded(client, { text: 'BEGIN' }, timeoutMs);
       const tx: Queryable = {
-        query: async <R>(stmt: Statement, values: readonly unknown[], ms?: number) =>
-          (await bounded(client, config(stmt, values), Math.min(ms ?? txTimeoutMs, txTimeoutMs))).rows as R[],
+        query: async <R>(stmt: Statement, values: readonly unknown[], ms?: number) => {
+          const budget = Math.min(ms ?? txTimeoutMs, txTimeoutMs);
+          if (budget < 1) throw spent();
+          return (await bounded(client, config(stmt, values), budget)).rows as R[];
+        },
       };
       const result = await fn(tx);
       await bounded(client, { text: 'COMMIT' }, timeoutMs);

@@ -12,7 +12,8 @@ export interface Queryable {
   /**
    * `timeoutMs`: the bound on this round trip (the wait for a connection
    * included) when shorter than the store's own; a store that does not answer
-   * within it rejects with StoreUnavailableError.
+   * within it rejects with StoreUnavailableError. Under 1 ms (what is left of a
+   * request's store.timeout, spent): refused at once, unsent, the same way.
    */
   query<R = Record<string, unknown>>(stmt: Statement, values: readonly unknown[], timeoutMs?: number): Promise<R[]>;
 }
