@@ -4,7 +4,7 @@ import { type Db, type Queryable, toBuffer } from './db/port.js';
 import type {
   ClaimOutcome, ClaimRequest, CommitOutcome, CommitRequest, KeyRecord, StoredResponse,
 } from './records.js';
-import { type ClaimRow, byKey, byTenantAndKey, claimLone, claimTenant, claimTenants } from './tenant-claim.js';
+import { type ClaimRow, byKey, byTenantAndKey, claimFailed, claimLone, claimTenant, claimTenants } from './tenant-claim.js';
 import { commitOneKeptStatement, commitOneStatement, commitStatement, commitTenantsStatement } from './sql/commit.js';
 import { releaseStatement } from './sql/release.js';
 import { abandonFreshStatement, abandonTakeoverStatement } from './sql/abandon.js';
@@ -230,11 +230,22 @@ export class KeyStore {
         for (let j = 0; j < idx.length; j++) rowOf[idx[j]!] = group[j];
       }
     } else {
-      await Promise.all([...tenants].map(async ([tenantId, idx]) => {
+      // Side by side: each tenant's statement, or each key's (perKeyStatements). The batch fails as the first of
+      // them that failed, once all have settled: if another claimed keys meanwhile, so that its requests, answered
+      // 503 with the rest, give them back (claimFailed).
+      const claims: Array<Promise<void>> = [];
+      for (const [tenantId, idx] of tenants) {
         this.onBatch?.('claim', idx.length);
-        const rows = idx.length === 1 || this.perKey ? await Promise.all(idx.map((i) => this.claimOne(items[i]!, budgetMs))) : await claimTenant(this.at(tenantId), tenantId, idx.map((i) => items[i]!), budgetMs);
-        for (let j = 0; j < idx.length; j++) rowOf[idx[j]!] = rows[j];
-      }));
+        if (idx.length === 1 || this.perKey) {
+          for (const i of idx) claims.push(this.claimOne(items[i]!, budgetMs).then((row) => { rowOf[i] = row; }));
+        } else {
+          claims.push(claimTenant(this.at(tenantId), tenantId, idx.map((i) => items[i]!), budgetMs).then((rows) => {
+            for (let j = 0; j < idx.length; j++) rowOf[idx[j]!] = rows[j];
+          }));
+        }
+      }
+      if (claims.length === 1) await claims[0];
+      else await allClaimed(claims);
     }
     const out = new Array<RawClaim>(n);
     for (let i = 0; i < n; i++) {
@@ -369,4 +380,16 @@ function toStored(row: ClaimRow): StoredResponse {
     bodySize: row.body_size == null ? 0 : Number(row.body_size),
     trace: row.trace_context ?? null,
   };
+}
+
+/** Waits for every one of a batch's claims; rejects as the first that failed, marked by claimFailed when another claimed. */
+async function allClaimed(claims: ReadonlyArray<Promise<void>>): Promise<void> {
+  const results = await Promise.allSettled(claims);
+  let failure: PromiseRejectedResult | undefined;
+  let claimed = false;
+  for (const r of results) {
+    if (r.status === 'fulfilled') claimed = true;
+    else failure ??= r;
+  }
+  if (failure !== undefined) throw claimFailed(failure.reason, claimed);
 }

@@ -4,7 +4,7 @@
 // touches the one tenant only, so on Citus it runs on one shard. On plain
 // PostgreSQL a batch of several tenants goes as one call (claimTenants).
 import type { Queryable } from './db/port.js';
-import { toBuffer } from './db/port.js';
+import { StoreUnavailableError, toBuffer } from './db/port.js';
 import type { ClaimRequest } from './records.js';
 import { INSERT_PARAMS_PER_ROW, claimStatement, claimTenantsStatement, loneInsertStatement, loneReadStatement, takeoverStatement } from './sql/claim.js';
 
@@ -137,7 +137,11 @@ export async function claimTenant(
 ): Promise<ClaimRow[]> {
   const t0 = budgetMs === undefined ? 0 : performance.now();
   const called = await claimCall(db, tenantId, items, budgetMs);
-  return settle(db, tenantId, items, called, left(budgetMs, t0));
+  try {
+    return await settle(db, tenantId, items, called, left(budgetMs, t0));
+  } catch (err) {
+    throw claimFailed(err, called.some((r) => r.inserted));
+  }
 }
 
 /**
@@ -192,7 +196,25 @@ export async function claimTenants(db: Queryable, groups: readonly TenantGroup[]
     else list.push(r);
   }
   const budget = left(budgetMs, t0);
-  return Promise.all(groups.map((g) => settle(db, g.tenantId, g.items, byTenant.get(g.tenantId) ?? [], budget)));
+  try {
+    return await Promise.all(groups.map((g) => settle(db, g.tenantId, g.items, byTenant.get(g.tenantId) ?? [], budget)));
+  } catch (err) {
+    // Another tenant's takeover may have taken a key over, as well as the call's inserts.
+    throw claimFailed(err, groups.length > 1 || rows.some((r) => r.inserted));
+  }
+}
+
+/**
+ * A claim's failure, `err`, marked as one that may have taken keys (StoreUnavailableError.maybeApplied) when
+ * `claimed`: a statement of the same claim — the call before a takeover, or another of the batch's claims — took
+ * keys before it failed. Every request of the batch is answered 503 and runs nothing; marked, each gives its claim
+ * back (src/lifecycle/give-back.ts, fenced by its owner token). Unmarked — a takeover refused unsent, a connection
+ * that could not be had — a key the call inserted would stay in flight for its whole lease (every retry 409), and
+ * on an `onExpiredLease: fail` route then become outcome_unknown for an operator, though nothing ran.
+ */
+export function claimFailed(err: unknown, claimed: boolean): unknown {
+  if (claimed && err instanceof StoreUnavailableError) err.maybeApplied = true;
+  return err;
 }
 
 function left(budgetMs: number | undefined, t0: number): number | undefined {

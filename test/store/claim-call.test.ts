@@ -3,13 +3,13 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { createPgDb } from '../../src/store/db/pg.js';
-import type { Db } from '../../src/store/db/port.js';
+import { StoreUnavailableError, type Db, type Statement } from '../../src/store/db/port.js';
 import { KeyStore } from '../../src/store/key-store.js';
 import type { ClaimRequest } from '../../src/store/records.js';
 import { claimStatement } from '../../src/store/sql/claim.js';
 import { claimLone, claimTenant, claimTenants, type ClaimRow } from '../../src/store/tenant-claim.js';
-import { createTestDatabase, lockWaiters, type TestDatabase } from '../helpers/db.js';
-import { waitFor } from '../helpers/wait.js';
+import { createTestDatabase, lockWaiters, row, type TestDatabase } from '../helpers/db.js';
+import { sleep, waitFor } from '../helpers/wait.js';
 
 // The claim is one call (migration 4): insert the new keys, then read the
 // rows of the keys the insert left alone. The edge of that order: a claim of
@@ -102,5 +102,82 @@ describe('claim rows: one shape from every statement', () => {
       assert.equal(row.state, 'in_flight', `${name}: state ${String(row.state)}`);
     }
     for (const [name, row] of rows) assert.deepEqual(Object.keys(row), FIELDS, `${name}: its fields or their order differ`);
+  });
+});
+
+// A claim that fails after a statement of it took keys: the claim call inserted a new key and then the takeover
+// of an expired one failed unsent (the call's answer came late and left no budget), or another of the batch's
+// claims took keys while one failed. Its requests are answered 503 and run nothing: the error must say the claim
+// may have taken keys, so that each gives its claim back (src/lifecycle/give-back.ts). Said not to, a key the
+// call inserted stayed in flight for its lease, and on an `onExpiredLease: fail` route became outcome_unknown.
+
+/**
+ * The real store, whose answers to the first statement of a claim for tenant `late` arrive `holdMs` after they
+ * came: the statement ran at once, its answer reached the proxy late. The claim call's and the lone read's first
+ * value is the tenant id, the call of several tenants' the list of them (a takeover's is the clock).
+ */
+function answeringLate(real: Db, late: string, holdMs: number, timeoutMs: number): Db {
+  const first = (v: unknown): boolean => v === late || (Array.isArray(v) && v.includes(late));
+  return {
+    singleInstance: false,
+    timeoutMs,
+    description: real.description,
+    query: async <R>(stmt: Statement, values: readonly unknown[], ms?: number): Promise<R[]> => {
+      const rows = await real.query<R>(stmt, values, ms);
+      if (first(values[0])) await sleep(holdMs);
+      return rows;
+    },
+    transaction: (fn) => real.transaction(fn),
+    close: async () => {},
+  };
+}
+
+/** A key of `tenantId` claimed with a lease of 1 ms, over by the time it is claimed again. */
+async function expired(tenantId: string, key: string): Promise<ClaimRequest> {
+  const [row] = await claimTenant(db, tenantId, [{ ...req(key, tenantId), leaseMs: 1 }]);
+  assert.equal(row!.claimed, true);
+  await sleep(20);
+  return req(key, tenantId);
+}
+
+const BUDGET_MS = 200;
+const LATE_MS = BUDGET_MS + 100;
+
+async function refusal(p: Promise<unknown>): Promise<StoreUnavailableError> {
+  const err = await p.then(() => null, (e: unknown) => e);
+  assert.ok(err instanceof StoreUnavailableError, `rejected with ${String(err)}`);
+  return err;
+}
+
+describe('a claim that fails after it took keys says it may have taken them', () => {
+  test('the call inserted a new key, then the takeover of an expired one could not be sent: marked', async () => {
+    const items = [await expired('tl1', 'old'), req('new', 'tl1')];
+    const err = await refusal(claimTenant(answeringLate(db, 'tl1', LATE_MS, BUDGET_MS), 'tl1', items, BUDGET_MS));
+    assert.match(err.message, /spent before this statement was sent/);
+    assert.equal((await row(t.url, 'new'))?.state, 'in_flight', 'the call claimed the new key before the takeover failed');
+    assert.equal(err.maybeApplied, true, 'a key was claimed: its request must give it back');
+  });
+
+  test('the call of several tenants inserted keys, then a takeover could not be sent: marked', async () => {
+    const groups = [{ tenantId: 'tl2', items: [await expired('tl2', 'old2')] }, { tenantId: 'tl3', items: [req('new3', 'tl3')] }];
+    const err = await refusal(claimTenants(answeringLate(db, 'tl2', LATE_MS, BUDGET_MS), groups, BUDGET_MS));
+    assert.equal((await row(t.url, 'new3'))?.state, 'in_flight', 'the call claimed the other tenant\'s new key');
+    assert.equal(err.maybeApplied, true);
+  });
+
+  test('a lone read found an expired key and its takeover could not be sent: nothing was taken, not marked', async () => {
+    const c = await expired('tl4', 'old4');
+    const err = await refusal(claimLone(answeringLate(db, 'tl4', LATE_MS, BUDGET_MS), 'tl4', c, BUDGET_MS));
+    assert.equal(err.maybeApplied, false, 'nothing was sent that could have taken a key');
+  });
+
+  test('claims side by side in one batch: one tenant\'s fails unsent after another\'s claimed its key: every request\'s error is marked', async () => {
+    const store = new KeyStore(answeringLate(db, 'tl5', LATE_MS, BUDGET_MS), { crossTenantBatches: false });
+    const old = await expired('tl5', 'old5');
+    // Submitted in the same turn: one batch, a statement per tenant.
+    const [fresh, failed] = await Promise.all([refusal(store.claim(req('new6', 'tl6'))), refusal(store.claim(old))]);
+    assert.equal((await row(t.url, 'new6'))?.state, 'in_flight', 'the other tenant\'s claim took its key');
+    assert.equal(fresh.maybeApplied, true, 'the request whose key was claimed must give it back');
+    assert.equal(failed.maybeApplied, true);
   });
 });
