@@ -230,9 +230,9 @@ export class KeyStore {
         for (let j = 0; j < idx.length; j++) rowOf[idx[j]!] = group[j];
       }
     } else {
-      // Side by side: each tenant's statement, or each key's (perKeyStatements). The batch fails as the first of
-      // them that failed, once all have settled: if another claimed keys meanwhile, so that its requests, answered
-      // 503 with the rest, give them back (claimFailed).
+      // Side by side: a statement a tenant, or a key (perKeyStatements). When one fails, the batch fails with its
+      // error once all have settled, marked (claimFailed) if another claimed keys: their requests, answered 503
+      // with the rest, then give them back.
       const claims: Array<Promise<void>> = [];
       for (const [tenantId, idx] of tenants) {
         this.onBatch?.('claim', idx.length);
@@ -245,7 +245,7 @@ export class KeyStore {
         }
       }
       if (claims.length === 1) await claims[0];
-      else await allClaimed(claims);
+      else await allClaimed(claims, rowOf);
     }
     const out = new Array<RawClaim>(n);
     for (let i = 0; i < n; i++) {
@@ -382,14 +382,8 @@ function toStored(row: ClaimRow): StoredResponse {
   };
 }
 
-/** Waits for every one of a batch's claims; rejects as the first that failed, marked by claimFailed when another claimed. */
-async function allClaimed(claims: ReadonlyArray<Promise<void>>): Promise<void> {
-  const results = await Promise.allSettled(claims);
-  let failure: PromiseRejectedResult | undefined;
-  let claimed = false;
-  for (const r of results) {
-    if (r.status === 'fulfilled') claimed = true;
-    else failure ??= r;
-  }
-  if (failure !== undefined) throw claimFailed(failure.reason, claimed);
+/** Waits for every one of a batch's claims (each fills in its `rows`); fails as the first that failed, marked if another claimed a key. */
+async function allClaimed(claims: ReadonlyArray<Promise<void>>, rows: ReadonlyArray<ClaimRow | undefined>): Promise<void> {
+  const failed = (await Promise.allSettled(claims)).find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed !== undefined) throw claimFailed(failed.reason, rows.some((r) => r?.claimed === true));
 }

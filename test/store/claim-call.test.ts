@@ -180,4 +180,14 @@ describe('a claim that fails after it took keys says it may have taken them', ()
     assert.equal(fresh.maybeApplied, true, 'the request whose key was claimed must give it back');
     assert.equal(failed.maybeApplied, true);
   });
+
+  test('claims side by side in one batch: one fails unsent while the other only found its key held: nothing was taken, not marked', async () => {
+    const store = new KeyStore(answeringLate(db, 'tl7', LATE_MS, BUDGET_MS), { crossTenantBatches: false });
+    const old = await expired('tl7', 'old7');
+    await claimTenant(db, 'tl8', [req('held8', 'tl8')]); // in flight for another request
+    const [held, failed] = await Promise.all([store.claim(req('held8', 'tl8')).then(() => null, (e: unknown) => e), refusal(store.claim(old))]);
+    assert.ok(held instanceof StoreUnavailableError, `the batch fails as a whole: ${String(held)}`);
+    assert.equal(held.maybeApplied, false);
+    assert.equal(failed.maybeApplied, false);
+  });
 });
