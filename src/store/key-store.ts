@@ -4,7 +4,7 @@ import { type Db, type Queryable, toBuffer } from './db/port.js';
 import type {
   ClaimOutcome, ClaimRequest, CommitOutcome, CommitRequest, KeyRecord, StoredResponse,
 } from './records.js';
-import { type ClaimRow, byKey, byTenantAndKey, claimFailed, claimLone, claimTenant, claimTenants } from './tenant-claim.js';
+import { type ClaimRow, allClaims, byKey, byTenantAndKey, claimLone, claimTenant, claimTenants } from './tenant-claim.js';
 import { commitOneKeptStatement, commitOneStatement, commitStatement, commitTenantsStatement } from './sql/commit.js';
 import { releaseStatement } from './sql/release.js';
 import { abandonFreshStatement, abandonTakeoverStatement } from './sql/abandon.js';
@@ -231,7 +231,7 @@ export class KeyStore {
       }
     } else {
       // Side by side: a statement a tenant, or a key (perKeyStatements). When one fails, the batch fails with its
-      // error once all have settled, marked (claimFailed) if another claimed keys: their requests, answered 503
+      // error once all have settled, marked (allClaims) if another claimed keys: their requests, answered 503
       // with the rest, then give them back.
       const claims: Array<Promise<void>> = [];
       for (const [tenantId, idx] of tenants) {
@@ -245,7 +245,7 @@ export class KeyStore {
         }
       }
       if (claims.length === 1) await claims[0];
-      else await allClaimed(claims, rowOf);
+      else await allClaims(claims, () => rowOf.some((r) => r?.claimed === true));
     }
     const out = new Array<RawClaim>(n);
     for (let i = 0; i < n; i++) {
@@ -380,10 +380,4 @@ function toStored(row: ClaimRow): StoredResponse {
     bodySize: row.body_size == null ? 0 : Number(row.body_size),
     trace: row.trace_context ?? null,
   };
-}
-
-/** Waits for every one of a batch's claims (each fills in its `rows`); fails as the first that failed, marked if another claimed a key. */
-async function allClaimed(claims: ReadonlyArray<Promise<void>>, rows: ReadonlyArray<ClaimRow | undefined>): Promise<void> {
-  const failed = (await Promise.allSettled(claims)).find((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (failed !== undefined) throw claimFailed(failed.reason, rows.some((r) => r?.claimed === true));
 }

@@ -196,12 +196,28 @@ export async function claimTenants(db: Queryable, groups: readonly TenantGroup[]
     else list.push(r);
   }
   const budget = left(budgetMs, t0);
-  try {
-    return await Promise.all(groups.map((g) => settle(db, g.tenantId, g.items, byTenant.get(g.tenantId) ?? [], budget)));
-  } catch (err) {
-    // Another tenant's takeover may have taken a key over, as well as the call's inserts.
-    throw claimFailed(err, groups.length > 1 || rows.some((r) => r.inserted));
+  // Each tenant's takeovers side by side: a failure is marked if the call inserted keys or another took one over.
+  return allClaims(
+    groups.map((g) => settle(db, g.tenantId, g.items, byTenant.get(g.tenantId) ?? [], budget)),
+    (settled) => rows.some((r) => r.inserted) || settled.some((g) => g.some((c) => c.claimed)),
+  );
+}
+
+/**
+ * Waits for every one of a claim's statements that run side by side (each tenant's, or each key's); fails as the
+ * first that failed, once all have settled (one still running may yet take a key), marked by claimFailed when
+ * `claimed` says keys were taken (given what the others answered).
+ */
+export async function allClaims<T>(claims: ReadonlyArray<Promise<T>>, claimed: (settled: readonly T[]) => boolean): Promise<T[]> {
+  const results = await Promise.allSettled(claims);
+  const settled: T[] = [];
+  let failed: PromiseRejectedResult | undefined;
+  for (const r of results) {
+    if (r.status === 'fulfilled') settled.push(r.value);
+    else failed ??= r;
   }
+  if (failed !== undefined) throw claimFailed(failed.reason, claimed(settled));
+  return settled;
 }
 
 /**
@@ -212,7 +228,7 @@ export async function claimTenants(db: Queryable, groups: readonly TenantGroup[]
  * that could not be had — a key the call inserted would stay in flight for its whole lease (every retry 409), and
  * on an `onExpiredLease: fail` route then become outcome_unknown for an operator, though nothing ran.
  */
-export function claimFailed(err: unknown, claimed: boolean): unknown {
+function claimFailed(err: unknown, claimed: boolean): unknown {
   if (claimed && err instanceof StoreUnavailableError) err.maybeApplied = true;
   return err;
 }

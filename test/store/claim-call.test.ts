@@ -165,6 +165,13 @@ describe('a claim that fails after it took keys says it may have taken them', ()
     assert.equal(err.maybeApplied, true);
   });
 
+  test('the call of several tenants inserted nothing and the other tenant only found its key held, then a takeover could not be sent: not marked', async () => {
+    await claimTenant(db, 'tl10', [req('held10', 'tl10')]); // in flight for another request
+    const groups = [{ tenantId: 'tl9', items: [await expired('tl9', 'old9')] }, { tenantId: 'tl10', items: [req('held10', 'tl10')] }];
+    const err = await refusal(claimTenants(answeringLate(db, 'tl9', LATE_MS, BUDGET_MS), groups, BUDGET_MS));
+    assert.equal(err.maybeApplied, false, 'no key was taken');
+  });
+
   test('a lone read found an expired key and its takeover could not be sent: nothing was taken, not marked', async () => {
     const c = await expired('tl4', 'old4');
     const err = await refusal(claimLone(answeringLate(db, 'tl4', LATE_MS, BUDGET_MS), 'tl4', c, BUDGET_MS));
