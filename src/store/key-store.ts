@@ -1,6 +1,6 @@
 import { ClaimRaceError } from '../errors.js';
 import { Batcher } from './batcher.js';
-import { type Db, type Queryable, toBuffer } from './db/port.js';
+import { type Db, type Queryable, budgetLeft, toBuffer } from './db/port.js';
 import type {
   ClaimOutcome, ClaimRequest, CommitOutcome, CommitRequest, KeyRecord, StoredResponse,
 } from './records.js';
@@ -309,11 +309,13 @@ export class KeyStore {
     if (group.length === 1 && this.singleRow) {
       const c = group[0]!;
       const db = this.at(tenantId);
+      const t0 = budgetMs === undefined ? 0 : performance.now();
       const rows = await db.query<CommitRow>(commitOneStatement, [
         tenantId, c.key, c.ownerToken, c.response.status, JSON.stringify(c.response.headers),
         c.response.body.toString('hex'), c.response.bodyRetained, c.response.bodySize, c.response.trace ?? null,
       ], budgetMs);
-      return rows.length > 0 ? rows : db.query<CommitRow>(commitOneKeptStatement, [tenantId, c.key, c.ownerToken], budgetMs);
+      // Nothing written: whether it is already complete under this token, within what the update left of the bound.
+      return rows.length > 0 ? rows : db.query<CommitRow>(commitOneKeptStatement, [tenantId, c.key, c.ownerToken], budgetLeft(budgetMs, t0));
     }
     group.sort(byKey);
     return this.at(tenantId).query(commitStatement, [

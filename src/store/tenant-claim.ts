@@ -4,7 +4,7 @@
 // touches the one tenant only, so on Citus it runs on one shard. On plain
 // PostgreSQL a batch of several tenants goes as one call (claimTenants).
 import type { Queryable } from './db/port.js';
-import { StoreUnavailableError, toBuffer } from './db/port.js';
+import { StoreUnavailableError, budgetLeft as left, toBuffer } from './db/port.js';
 import type { ClaimRequest } from './records.js';
 import { INSERT_PARAMS_PER_ROW, claimStatement, claimTenantsStatement, loneInsertStatement, loneReadStatement, takeoverStatement } from './sql/claim.js';
 
@@ -231,10 +231,6 @@ export async function allClaims<T>(claims: ReadonlyArray<Promise<T>>, claimed: (
 function claimFailed(err: unknown, claimed: boolean): unknown {
   if (claimed && err instanceof StoreUnavailableError) err.maybeApplied = true;
   return err;
-}
-
-function left(budgetMs: number | undefined, t0: number): number | undefined {
-  return budgetMs === undefined ? undefined : budgetMs - (performance.now() - t0);
 }
 
 /** What the claim call's rows say for each of `items`, with the takeover of those that need it. */

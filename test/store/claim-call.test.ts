@@ -198,3 +198,28 @@ describe('a claim that fails after it took keys says it may have taken them', ()
     assert.equal(failed.maybeApplied, false);
   });
 });
+
+// A lone commit is two statements when the first writes nothing: the update, then the read of whether the key is
+// already complete under the same token (an earlier try of this commit that applied). Both share one bound, as a
+// claim's statements do: the read gets what the update left of it. Given the whole bound again, a commit attempt
+// could take twice its store.timeout.
+
+describe('a lone commit\'s second statement gets what its first left of the bound', () => {
+  test('the update answered late, after the whole bound: the read of the kept row is refused unsent', async () => {
+    const response = { status: 201, headers: [] as Array<[string, string]>, body: Buffer.from('{}'), bodyRetained: true, bodySize: 2 };
+    const c = req('kc1', 'tc1');
+    const [claimed] = await claimTenant(db, 'tc1', [c]);
+    assert.equal(claimed!.claimed, true);
+    const commit = { tenantId: 'tc1', key: 'kc1', ownerToken: c.ownerToken, response };
+    const store = new KeyStore(db);
+    const first = await store.commit(commit);
+    assert.equal(first.committed && !first.kept, true, `the first try wrote the record: ${JSON.stringify(first)}`);
+    // Tried again (the first try's answer lost, say): in time, the read says it is already complete under this token.
+    const again = await store.commit(commit);
+    assert.equal(again.committed && again.kept, true, JSON.stringify(again));
+    const late = new KeyStore(answeringLate(db, 'tc1', LATE_MS, BUDGET_MS));
+    const err = await refusal(late.commit(commit));
+    assert.match(err.message, /spent before this statement was sent/, 'the read was sent with a bound of its own');
+    assert.equal((await row(t.url, 'kc1'))?.state, 'complete', 'the stored record is left as it was');
+  });
+});

@@ -31,6 +31,14 @@ export interface Db extends Queryable {
 
 export { StoreUnavailableError } from '../../errors.js';
 
+/**
+ * What is left at this moment of a `timeoutMs` budget whose first round trip started at `t0` (performance.now()):
+ * the bound for the next statement of the same operation, so that its statements share one bound.
+ */
+export function budgetLeft(budgetMs: number | undefined, t0: number): number | undefined {
+  return budgetMs === undefined ? undefined : budgetMs - (performance.now() - t0);
+}
+
 /** Binary columns come back as Buffer from pg and as Uint8Array from PGlite. */
 export function toBuffer(value: unknown): Buffer | null {
   if (value == null) return null;
