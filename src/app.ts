@@ -48,6 +48,11 @@ export interface StartOptions {
   readonly serverTimeouts?: Partial<ServerTimeouts>;
   /** The key census behind the outcome-unknown and oldest-in-flight gauges (tests shorten it); src/admin/census.ts. */
   readonly census?: { readonly intervalMs?: number; readonly chunkRows?: number };
+  /**
+   * Wraps the opened store before anything uses it. Tests only: a store whose every statement still runs on the
+   * real database, some of whose answers arrive late (test/faults/batch-give-back.test.ts).
+   */
+  readonly wrapDb?: (db: Db) => Db;
 }
 
 /** Key census: one chunk of at most this many rows per tick (docs/operations.md, Metrics). */
@@ -86,7 +91,8 @@ export interface ReloadResult {
 export async function startProxy(config: Config, opts: StartOptions = {}): Promise<RunningProxy> {
   const logger = opts.logger ?? createLogger(config.logLevel, opts.logDestination);
   const metrics = createMetrics();
-  const db = await openDb(config.store, logger);
+  const opened = await openDb(config.store, logger);
+  const db = opts.wrapDb === undefined ? opened : opts.wrapDb(opened);
   const cleanups: Array<() => Promise<void> | void> = [() => db.close()];
   try {
     if (config.store.migrate) {
