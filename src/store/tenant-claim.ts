@@ -4,7 +4,7 @@
 // touches the one tenant only, so on Citus it runs on one shard. On plain
 // PostgreSQL a batch of several tenants goes as one call (claimTenants).
 import type { Queryable } from './db/port.js';
-import { StoreUnavailableError, budgetLeft as left, toBuffer } from './db/port.js';
+import { StoreUnavailableError, budgetLeft, toBuffer } from './db/port.js';
 import type { ClaimRequest } from './records.js';
 import { INSERT_PARAMS_PER_ROW, claimStatement, claimTenantsStatement, loneInsertStatement, loneReadStatement, takeoverStatement } from './sql/claim.js';
 
@@ -138,7 +138,7 @@ export async function claimTenant(
   const t0 = budgetMs === undefined ? 0 : performance.now();
   const called = await claimCall(db, tenantId, items, budgetMs);
   try {
-    return await settle(db, tenantId, items, called, left(budgetMs, t0));
+    return await settle(db, tenantId, items, called, budgetLeft(budgetMs, t0));
   } catch (err) {
     throw claimFailed(err, called.some((r) => r.inserted));
   }
@@ -153,10 +153,10 @@ export async function claimTenant(
 export async function claimLone(db: Queryable, tenantId: string, c: ClaimRequest, budgetMs?: number): Promise<ClaimRow> {
   const t0 = budgetMs === undefined ? 0 : performance.now();
   const found = await db.query<FoundRow & { inserted: false }>(loneReadStatement, [tenantId, c.key], budgetMs);
-  if (found.length > 0) return (await settle(db, tenantId, [c], found, left(budgetMs, t0)))[0]!;
+  if (found.length > 0) return (await settle(db, tenantId, [c], found, budgetLeft(budgetMs, t0)))[0]!;
   const [r] = await db.query<InsertedRow>(loneInsertStatement, [
     tenantId, c.key, c.fingerprint.toString('hex'), c.ownerToken, c.onExpiredLease, c.leaseMs, c.ttlMs, c.route, c.method, c.path,
-  ], left(budgetMs, t0));
+  ], budgetLeft(budgetMs, t0));
   return r === undefined ? NOTHING : fromInserted(r, c); // nothing inserted: a row committed since the read, claim again
 }
 
@@ -195,7 +195,7 @@ export async function claimTenants(db: Queryable, groups: readonly TenantGroup[]
     if (list === undefined) byTenant.set(r.tenant_id, [r]);
     else list.push(r);
   }
-  const budget = left(budgetMs, t0);
+  const budget = budgetLeft(budgetMs, t0);
   // Each tenant's takeovers side by side: a failure is marked if the call inserted keys or another took one over.
   return allClaims(
     groups.map((g) => settle(db, g.tenantId, g.items, byTenant.get(g.tenantId) ?? [], budget)),

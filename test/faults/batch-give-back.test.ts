@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { RunningProxy } from '../../src/app.js';
-import type { Db, Statement } from '../../src/store/db/port.js';
 import { createTestDatabase, row, sql, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
+import { holdingAnswers, names, type Hold } from '../helpers/late-answers.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { sleep, waitFor } from '../helpers/wait.js';
@@ -27,44 +27,6 @@ routes:
     match: { path: "/pay/**" }
     onExpiredLease: fail
 `;
-
-/** A statement's values name `s` (a tenant or key, at any depth of its arrays). */
-function names(values: readonly unknown[], s: string): boolean {
-  return values.some((v) => v === s || (Array.isArray(v) && names(v, s)));
-}
-
-interface Hold {
-  readonly match: string;
-  /** When the answer is handed on: `ms` after it came, or once `until` settles. */
-  readonly ms?: number;
-  readonly until?: Promise<void>;
-  /** The values of every statement held by this rule. */
-  readonly seen: Array<readonly unknown[]>;
-}
-
-/**
- * The proxy's real store, every statement run at once on the real database; the answers to the statements that
- * name an armed rule's `match` are handed on late. Nothing is made up: only when the proxy hears the answer moves.
- */
-function holdingAnswers(real: Db, holds: Set<Hold>): Db {
-  return {
-    singleInstance: real.singleInstance,
-    timeoutMs: real.timeoutMs,
-    description: real.description,
-    query: async <R>(stmt: Statement, values: readonly unknown[], ms?: number): Promise<R[]> => {
-      const rows = await real.query<R>(stmt, values, ms);
-      for (const h of holds) {
-        if (!names(values, h.match)) continue;
-        h.seen.push(values);
-        if (h.until !== undefined) await h.until;
-        if (h.ms !== undefined) await sleep(h.ms);
-      }
-      return rows;
-    },
-    transaction: (fn) => real.transaction(fn),
-    close: () => real.close(),
-  };
-}
 
 let db: TestDatabase;
 let up: TestUpstream;

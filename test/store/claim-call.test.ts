@@ -3,12 +3,13 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { createPgDb } from '../../src/store/db/pg.js';
-import { StoreUnavailableError, type Db, type Statement } from '../../src/store/db/port.js';
+import { StoreUnavailableError, type Db } from '../../src/store/db/port.js';
 import { KeyStore } from '../../src/store/key-store.js';
 import type { ClaimRequest } from '../../src/store/records.js';
 import { claimStatement } from '../../src/store/sql/claim.js';
 import { claimLone, claimTenant, claimTenants, type ClaimRow } from '../../src/store/tenant-claim.js';
 import { createTestDatabase, lockWaiters, row, type TestDatabase } from '../helpers/db.js';
+import { holdingAnswers } from '../helpers/late-answers.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
 // The claim is one call (migration 4): insert the new keys, then read the
@@ -111,25 +112,9 @@ describe('claim rows: one shape from every statement', () => {
 // may have taken keys, so that each gives its claim back (src/lifecycle/give-back.ts). Said not to, a key the
 // call inserted stayed in flight for its lease, and on an `onExpiredLease: fail` route became outcome_unknown.
 
-/**
- * The real store, whose answers to the first statement of a claim for tenant `late` arrive `holdMs` after they
- * came: the statement ran at once, its answer reached the proxy late. The claim call's and the lone read's first
- * value is the tenant id, the call of several tenants' the list of them (a takeover's is the clock).
- */
+/** The real store, whose answers to the statements that name tenant `late` arrive `holdMs` after they came, with a store.timeout of `timeoutMs`. */
 function answeringLate(real: Db, late: string, holdMs: number, timeoutMs: number): Db {
-  const first = (v: unknown): boolean => v === late || (Array.isArray(v) && v.includes(late));
-  return {
-    singleInstance: false,
-    timeoutMs,
-    description: real.description,
-    query: async <R>(stmt: Statement, values: readonly unknown[], ms?: number): Promise<R[]> => {
-      const rows = await real.query<R>(stmt, values, ms);
-      if (first(values[0])) await sleep(holdMs);
-      return rows;
-    },
-    transaction: (fn) => real.transaction(fn),
-    close: async () => {},
-  };
+  return holdingAnswers(real, [{ match: late, ms: holdMs, seen: [] }], timeoutMs);
 }
 
 /** A key of `tenantId` claimed with a lease of 1 ms, over by the time it is claimed again. */
