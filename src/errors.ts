@@ -40,6 +40,27 @@ export class ClaimRaceError extends Error {
   }
 }
 
+/**
+ * A claim that failed, for a reason other than the store being out of reach (an SQL error in a takeover: a
+ * deadlock PostgreSQL broke, say), after a statement of the same claim took keys (src/store/tenant-claim.ts,
+ * claimFailed). Its requests run nothing and are answered as the failure (`cause`) would be, 500; each gives its
+ * claim back (src/lifecycle/give-back.ts), as after a store failure marked maybeApplied.
+ */
+export class ClaimFailedError extends Error {
+  readonly code = 'IDEMP_CLAIM_FAILED';
+  readonly source: ErrorSource = 'store';
+  readonly retryable = false;
+  constructor(cause: unknown) {
+    super(`the claim failed after it took keys: ${(cause as Error)?.message ?? String(cause)}`, { cause });
+    this.name = 'ClaimFailedError';
+  }
+}
+
+/** A claim's failure after which its key may be held for its request, which runs nothing: to be given back. */
+export function claimMayHaveTaken(err: unknown): boolean {
+  return err instanceof ClaimFailedError || (err instanceof StoreUnavailableError && err.maybeApplied);
+}
+
 /** The upstream exchange failed; `kind` says when. */
 export class UpstreamError extends Error {
   readonly source: ErrorSource = 'upstream';

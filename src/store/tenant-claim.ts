@@ -5,6 +5,7 @@
 // PostgreSQL a batch of several tenants goes as one call (claimTenants).
 import type { Queryable } from './db/port.js';
 import { StoreUnavailableError, budgetLeft, toBuffer } from './db/port.js';
+import { ClaimFailedError } from '../errors.js';
 import type { ClaimRequest } from './records.js';
 import { INSERT_PARAMS_PER_ROW, claimStatement, claimTenantsStatement, loneInsertStatement, loneReadStatement, takeoverStatement } from './sql/claim.js';
 
@@ -226,10 +227,14 @@ export async function allClaims<T>(claims: ReadonlyArray<Promise<T>>, claimed: (
  * keys before it failed. Every request of the batch is answered 503 and runs nothing; marked, each gives its claim
  * back (src/lifecycle/give-back.ts, fenced by its owner token). Unmarked — a takeover refused unsent, a connection
  * that could not be had — a key the call inserted would stay in flight for its whole lease (every retry 409), and
- * on an `onExpiredLease: fail` route then become outcome_unknown for an operator, though nothing ran.
+ * on an `onExpiredLease: fail` route then become outcome_unknown for an operator, though nothing ran. A failure
+ * that is not the store's being out of reach (an SQL error in a takeover) is wrapped as a ClaimFailedError: its
+ * requests are answered 500, and give their claims back the same way.
  */
 function claimFailed(err: unknown, claimed: boolean): unknown {
-  if (claimed && err instanceof StoreUnavailableError) err.maybeApplied = true;
+  if (!claimed) return err;
+  if (!(err instanceof StoreUnavailableError)) return new ClaimFailedError(err);
+  err.maybeApplied = true;
   return err;
 }
 

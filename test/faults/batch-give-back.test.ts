@@ -15,6 +15,7 @@ import { sleep, waitFor } from '../helpers/wait.js';
 // then be given back (src/lifecycle/give-back.ts): its retry runs at once, exactly once. Left in flight, every
 // retry got 409 for the whole lease, and on this `onExpiredLease: fail` route the key then became
 // outcome_unknown for an operator, though nothing ran (docs/guarantees.md).
+// The same when PostgreSQL itself refuses the takeover (an SQL error): both requests 500, the key given back.
 
 const TIMEOUT_MS = 1500;
 const YAML = `
@@ -49,13 +50,34 @@ const post = (tenant: string, key: string): Promise<Reply> =>
 const executionsOf = (key: string): number => up.received.filter((r) => r.url === `/pay/${key}`).length;
 
 for (const [what, deadTenant] of [['one tenant: one claim call', 't'], ['two tenants: one call of several tenants', 'u']] as const) {
-  test(`a batch's claim fails after it inserted a new key (${what}): both requests 503, the new key is given back, its retry runs once`, () => failedBatch(deadTenant));
+  test(`a batch's claim fails after it inserted a new key (${what}): both requests 503, the new key is given back, its retry runs once`, () => failedBatch(deadTenant, 'late', 503));
 }
 
-async function failedBatch(deadTenant: string): Promise<void> {
+// The same batch, its takeover failed by PostgreSQL itself instead: an error that is not the store being out of
+// reach (here a trigger in this test's own database raises deadlock_detected on the dead key's update, as
+// PostgreSQL does when it breaks a deadlock). Both requests are answered 500, and the new key is given back all the same.
+test('a batch\'s claim fails after it inserted a new key, its takeover refused by an SQL error: both requests 500, the new key is given back, its retry runs once', async () => {
+  const dead = `dead-sql-${Date.now()}`;
+  await sql(db.url, `CREATE FUNCTION idem_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION 'deadlock detected (raised by the test)' USING ERRCODE = '40P01'; END $$`);
+  await sql(db.url, `CREATE TRIGGER idem_test_refuse BEFORE UPDATE ON idempotency_keys FOR EACH ROW
+    WHEN (OLD.idem_key = '${dead}' AND OLD.state = 'in_flight' AND OLD.locked_until < now()) EXECUTE FUNCTION idem_test_refuse()`);
+  try {
+    await failedBatch('t', 'sql', 500, dead);
+  } finally {
+    await sql(db.url, 'DROP TRIGGER idem_test_refuse ON idempotency_keys');
+    await sql(db.url, 'DROP FUNCTION idem_test_refuse()');
+  }
+});
+
+/**
+ * A new key and a dead holder's key in one claim statement, whose takeover of the dead key fails: `late`, its
+ * answer arrives after the whole store.timeout and the takeover is refused unsent; `sql`, PostgreSQL refuses the
+ * takeover (the test's trigger). Both requests get `status`; the new key must be given back.
+ */
+async function failedBatch(deadTenant: string, how: 'late' | 'sql', status: number, dead = `dead-${Date.now()}`): Promise<void> {
   const stamp = Date.now();
   const fresh = `fresh-${stamp}`;
-  const dead = `dead-${stamp}`;
 
   // The dead holder's key: recorded once, then put back in flight under another token with its lease over, as a
   // proxy that died mid-request leaves it (the fingerprint is the request's own).
@@ -77,19 +99,20 @@ async function failedBatch(deadTenant: string): Promise<void> {
     blocked.push(post(tenant, `k-${tenant}`));
     await waitFor(`the claim of ${tenant} to be sent`, () => h.seen.length > 0);
   }
-  const late: Hold = { match: dead, ms: TIMEOUT_MS + 300, seen: [] };
-  holds.add(late);
+  // `late`: the dead key's statements answered after the bound; `sql`: only watched.
+  const watch: Hold = how === 'late' ? { match: dead, ms: TIMEOUT_MS + 300, seen: [] } : { match: dead, seen: [] };
+  holds.add(watch);
   const both = Promise.all([post('t', fresh), post(deadTenant, dead)]);
   await sleep(500); // both requests in the proxy, waiting for a statement slot
   release();
   const [first, other] = await both;
-  holds.delete(late);
+  holds.delete(watch);
   for (const h of blockers) holds.delete(h);
   for (const r of await Promise.all(blocked)) assert.equal(r.status, 201, 'the blockers ran as usual');
 
-  assert.ok(late.seen.length > 0 && names(late.seen[0]!, fresh), 'the two requests did not share one claim statement: the test proved nothing');
-  assert.equal(other.status, 503, `the dead holder's key: ${other.status} ${other.text()}`);
-  assert.equal(first.status, 503, `the new key, in the failed batch: ${first.status} ${first.text()}`);
+  assert.ok(watch.seen.length > 0 && names(watch.seen[0]!, fresh), 'the two requests did not share one claim statement: the test proved nothing');
+  assert.equal(other.status, status, `the dead holder's key: ${other.status} ${other.text()}`);
+  assert.equal(first.status, status, `the new key, in the failed batch: ${first.status} ${first.text()}`);
   assert.equal(executionsOf(fresh), 0, 'nothing ran');
 
   // Given back: the key is free again, and its retry runs once.

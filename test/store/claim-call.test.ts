@@ -2,13 +2,14 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { ClaimFailedError, claimMayHaveTaken } from '../../src/errors.js';
 import { createPgDb } from '../../src/store/db/pg.js';
 import { StoreUnavailableError, type Db } from '../../src/store/db/port.js';
 import { KeyStore } from '../../src/store/key-store.js';
 import type { ClaimRequest } from '../../src/store/records.js';
 import { claimStatement } from '../../src/store/sql/claim.js';
 import { claimLone, claimTenant, claimTenants, type ClaimRow } from '../../src/store/tenant-claim.js';
-import { createTestDatabase, lockWaiters, row, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, lockWaiters, row, sql, type TestDatabase } from '../helpers/db.js';
 import { holdingAnswers } from '../helpers/late-answers.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
@@ -181,6 +182,46 @@ describe('a claim that fails after it took keys says it may have taken them', ()
     assert.ok(held instanceof StoreUnavailableError, `the batch fails as a whole: ${String(held)}`);
     assert.equal(held.maybeApplied, false);
     assert.equal(failed.maybeApplied, false);
+  });
+});
+
+// The same gap when PostgreSQL itself refuses the takeover (an SQL error, not an outage: here a trigger in this
+// test's own database raises deadlock_detected on the expired key's update, as PostgreSQL does when it breaks a
+// deadlock). With keys taken, the failure is a ClaimFailedError (its requests give their claims back); without,
+// it is the error as it came.
+
+describe('a claim whose takeover PostgreSQL refuses', () => {
+  const refusing = async (key: string, fn: () => Promise<void>): Promise<void> => {
+    await sql(t.url, `CREATE FUNCTION idem_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'deadlock detected (raised by the test)' USING ERRCODE = '40P01'; END $$`);
+    await sql(t.url, `CREATE TRIGGER idem_test_refuse BEFORE UPDATE ON idempotency_keys FOR EACH ROW
+      WHEN (OLD.idem_key = '${key}') EXECUTE FUNCTION idem_test_refuse()`);
+    try {
+      await fn();
+    } finally {
+      await sql(t.url, 'DROP TRIGGER idem_test_refuse ON idempotency_keys');
+      await sql(t.url, 'DROP FUNCTION idem_test_refuse()');
+    }
+  };
+
+  test('after the call inserted a new key: a ClaimFailedError, its cause PostgreSQL\'s error', async () => {
+    const items = [await expired('tr1', 'old-r1'), req('new-r1', 'tr1')];
+    await refusing('old-r1', async () => {
+      const err = await claimTenant(db, 'tr1', items).then(() => null, (e: unknown) => e);
+      assert.ok(err instanceof ClaimFailedError, `rejected with ${String(err)}`);
+      assert.equal((err.cause as { code?: string }).code, '40P01');
+      assert.ok(claimMayHaveTaken(err));
+    });
+    assert.equal((await row(t.url, 'new-r1'))?.state, 'in_flight', 'the call claimed the new key before the takeover failed');
+  });
+
+  test('nothing taken (a lone key found expired): PostgreSQL\'s error as it came', async () => {
+    const c = await expired('tr2', 'old-r2');
+    await refusing('old-r2', async () => {
+      const err = await claimTenant(db, 'tr2', [c]).then(() => null, (e: unknown) => e);
+      assert.equal((err as { code?: string } | null)?.code, '40P01', `rejected with ${String(err)}`);
+      assert.equal(claimMayHaveTaken(err), false);
+    });
   });
 });
 

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { StoreUnavailableError } from '../../errors.js';
+import { StoreUnavailableError, claimMayHaveTaken } from '../../errors.js';
 import { Problems } from '../../http/problems.js';
 import type { ClaimOutcome, ClaimRequest } from '../../store/records.js';
 import type { RequestContext } from '../context.js';
@@ -46,11 +46,11 @@ export const claimPhase: Phase = {
       if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'claim', t0, failedAt, null, err);
       ctx.storeMs += failedAt - t0;
       deps.metrics.storeErrors.inc({ op: 'claim' });
+      // Sent and unanswered, or failed after part of it took keys, the claim may have taken the key for this
+      // request, which runs nothing now: given back once the store answers (src/lifecycle/give-back.ts).
+      if (claimMayHaveTaken(err)) deps.giveBacks.add(ctx.requestId, req, 'abandon');
       if (!(err instanceof StoreUnavailableError)) throw err;
       deps.storeHealth.down();
-      // Sent and unanswered, the claim may have taken the key for this request, which runs nothing now: given
-      // back once the store answers (src/lifecycle/give-back.ts).
-      if (err.maybeApplied) deps.giveBacks.add(ctx.requestId, req, 'abandon');
       return plan.strategy.storeDown(deps, ctx, err);
     }
     deps.storeHealth.up();
@@ -134,7 +134,7 @@ async function waitForFirst(deps: LifecycleDeps, ctx: RequestContext, req: Claim
       } catch (err) {
         if (span !== null) endChild(span, err);
         // A claim again that may have taken the key, its reply lost: given back, as the first claim's would be.
-        if (err instanceof StoreUnavailableError && err.maybeApplied) deps.giveBacks.add(ctx.requestId, req, 'abandon');
+        if (claimMayHaveTaken(err)) deps.giveBacks.add(ctx.requestId, req, 'abandon');
         throw err;
       }
       if (span !== null) {
