@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import type { RunningProxy } from '../../src/app.js';
-import { createTestDatabase, row, sql, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, row, sql, whileRefusing, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { holdingAnswers, names, type Hold } from '../helpers/late-answers.js';
 import { startTestProxy } from '../helpers/proxy.js';
@@ -58,16 +58,8 @@ for (const [what, deadTenant] of [['one tenant: one claim call', 't'], ['two ten
 // PostgreSQL does when it breaks a deadlock). Both requests are answered 500, and the new key is given back all the same.
 test('a batch\'s claim fails after it inserted a new key, its takeover refused by an SQL error: both requests 500, the new key is given back, its retry runs once', async () => {
   const dead = `dead-sql-${Date.now()}`;
-  await sql(db.url, `CREATE FUNCTION idem_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN RAISE EXCEPTION 'deadlock detected (raised by the test)' USING ERRCODE = '40P01'; END $$`);
-  await sql(db.url, `CREATE TRIGGER idem_test_refuse BEFORE UPDATE ON idempotency_keys FOR EACH ROW
-    WHEN (OLD.idem_key = '${dead}' AND OLD.state = 'in_flight' AND OLD.locked_until < now()) EXECUTE FUNCTION idem_test_refuse()`);
-  try {
-    await failedBatch('t', 'sql', 500, dead);
-  } finally {
-    await sql(db.url, 'DROP TRIGGER idem_test_refuse ON idempotency_keys');
-    await sql(db.url, 'DROP FUNCTION idem_test_refuse()');
-  }
+  await whileRefusing(db.url, { code: '40P01', when: `OLD.idem_key = '${dead}' AND OLD.state = 'in_flight' AND OLD.locked_until < now()` },
+    () => failedBatch('t', 'sql', 500, dead));
 });
 
 /**

@@ -146,6 +146,37 @@ export async function sql<R = Record<string, unknown>>(url: string, text: string
   }
 }
 
+/**
+ * While `fn` runs, PostgreSQL itself refuses the updates of idempotency_keys rows that `when` selects (a trigger's
+ * WHEN condition on OLD and NEW), raising SQLSTATE `code` — in this test's database only. `once`: only the first
+ * such update is refused. `fn` gets how many such updates were tried so far (a sequence counts them: nextval is
+ * not rolled back with the statement).
+ */
+export async function whileRefusing<T>(
+  url: string, opts: { code: string; when: string; once?: boolean }, fn: (tries: () => Promise<number>) => Promise<T>,
+): Promise<T> {
+  await sql(url, 'CREATE SEQUENCE idem_test_tries');
+  await sql(url, `CREATE FUNCTION idem_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF nextval('idem_test_tries') = 1 OR NOT ${opts.once === true} THEN
+        RAISE EXCEPTION 'refused by the test (SQLSTATE ${opts.code})' USING ERRCODE = '${opts.code}';
+      END IF;
+      RETURN NEW;
+    END $$`);
+  await sql(url, `CREATE TRIGGER idem_test_refuse BEFORE UPDATE ON idempotency_keys FOR EACH ROW WHEN (${opts.when}) EXECUTE FUNCTION idem_test_refuse()`);
+  const tries = async (): Promise<number> => {
+    const [r] = await sql<{ n: string; called: boolean }>(url, 'SELECT last_value AS n, is_called AS called FROM idem_test_tries');
+    return r!.called ? Number(r!.n) : 0;
+  };
+  try {
+    return await fn(tries);
+  } finally {
+    await sql(url, 'DROP TRIGGER idem_test_refuse ON idempotency_keys');
+    await sql(url, 'DROP FUNCTION idem_test_refuse()');
+    await sql(url, 'DROP SEQUENCE idem_test_tries');
+  }
+}
+
 /** Rows in the key table. */
 export async function rowCount(url: string): Promise<number> {
   const [r] = await sql<{ n: number }>(url, 'SELECT count(*)::int AS n FROM idempotency_keys');

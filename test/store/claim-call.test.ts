@@ -9,7 +9,7 @@ import { KeyStore } from '../../src/store/key-store.js';
 import type { ClaimRequest } from '../../src/store/records.js';
 import { claimStatement } from '../../src/store/sql/claim.js';
 import { claimLone, claimTenant, claimTenants, type ClaimRow } from '../../src/store/tenant-claim.js';
-import { createTestDatabase, lockWaiters, row, sql, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, lockWaiters, row, whileRefusing, type TestDatabase } from '../helpers/db.js';
 import { holdingAnswers } from '../helpers/late-answers.js';
 import { sleep, waitFor } from '../helpers/wait.js';
 
@@ -191,18 +191,8 @@ describe('a claim that fails after it took keys says it may have taken them', ()
 // it is the error as it came.
 
 describe('a claim whose takeover PostgreSQL refuses', () => {
-  const refusing = async (key: string, fn: () => Promise<void>): Promise<void> => {
-    await sql(t.url, `CREATE FUNCTION idem_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN RAISE EXCEPTION 'deadlock detected (raised by the test)' USING ERRCODE = '40P01'; END $$`);
-    await sql(t.url, `CREATE TRIGGER idem_test_refuse BEFORE UPDATE ON idempotency_keys FOR EACH ROW
-      WHEN (OLD.idem_key = '${key}') EXECUTE FUNCTION idem_test_refuse()`);
-    try {
-      await fn();
-    } finally {
-      await sql(t.url, 'DROP TRIGGER idem_test_refuse ON idempotency_keys');
-      await sql(t.url, 'DROP FUNCTION idem_test_refuse()');
-    }
-  };
+  const refusing = (key: string, fn: () => Promise<void>): Promise<void> =>
+    whileRefusing(t.url, { code: '40P01', when: `OLD.idem_key = '${key}'` }, fn);
 
   test('after the call inserted a new key: a ClaimFailedError, its cause PostgreSQL\'s error', async () => {
     const items = [await expired('tr1', 'old-r1'), req('new-r1', 'tr1')];
