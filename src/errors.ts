@@ -56,6 +56,15 @@ export class ClaimFailedError extends Error {
   }
 }
 
+/**
+ * PostgreSQL rolled the statement back to break a deadlock or a serialization conflict (SQLSTATE 40P01, 40001):
+ * the store is up, and the same statement may simply be sent again.
+ */
+export function isRolledBack(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === '40P01' || code === '40001';
+}
+
 /** A claim's failure after which its key may be held for its request, which runs nothing: to be given back. */
 export function claimMayHaveTaken(err: unknown): boolean {
   return err instanceof ClaimFailedError || (err instanceof StoreUnavailableError && err.maybeApplied);

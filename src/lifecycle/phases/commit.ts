@@ -1,4 +1,4 @@
-import { StoreUnavailableError, type UpstreamError } from '../../errors.js';
+import { StoreUnavailableError, isRolledBack, type UpstreamError } from '../../errors.js';
 import { Problems, problemRecord, upstreamProblem } from '../../http/problems.js';
 import type { Recording } from '../../proxy/record-handler.js';
 import { asReference } from '../../proxy/reference.js';
@@ -79,7 +79,7 @@ async function failedBeforeResponse(deps: LifecycleDeps, ctx: RequestContext, e:
 }
 
 /**
- * Commits the record (retrying a store outage for a while: the upstream has
+ * Commits the record (retrying a store outage, or a commit PostgreSQL rolled back, for a while: the upstream has
  * already run), then says how the client's response ends. If the record
  * cannot be committed the client never gets a complete response.
  */
@@ -98,8 +98,10 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
       break;
     } catch (err) {
       deps.metrics.storeErrors.inc({ op: 'commit' });
+      // An outage, or a commit PostgreSQL rolled back (a deadlock or a serialization conflict it broke), is
+      // tried again for as long as the record is worth waiting for; anything else cuts the response at once.
       const outage = err instanceof StoreUnavailableError;
-      if (!outage || performance.now() >= giveUpAt) {
+      if (!(outage || isRolledBack(err)) || performance.now() >= giveUpAt) {
         const failedAt = performance.now();
         if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'commit', t0, failedAt, null, err);
         ctx.storeMs += failedAt - t0;
