@@ -1,4 +1,4 @@
-import { StoreUnavailableError } from '../errors.js';
+import { StoreUnavailableError, isRolledBack } from '../errors.js';
 import type { Logger } from '../log/logger.js';
 import type { Metrics } from '../metrics/metrics.js';
 import type { ReplayCache } from '../store/cache.js';
@@ -169,6 +169,11 @@ export class GiveBacks {
     } catch (err) {
       this.metrics.storeErrors.inc({ op: 'release' });
       if (err instanceof StoreUnavailableError) return 'store_down';
+      if (isRolledBack(err)) {
+        // PostgreSQL rolled the statement back (a deadlock or a serialization conflict it broke): tried again shortly.
+        p.due = performance.now() + FIRST_TRY_MS;
+        if (p.due < p.until) return 'again';
+      }
       this.giveUp(p, (err as Error).message);
       return 'done';
     }

@@ -147,13 +147,15 @@ export async function sql<R = Record<string, unknown>>(url: string, text: string
 }
 
 /**
- * While `fn` runs, PostgreSQL itself refuses the updates of idempotency_keys rows that `when` selects (a trigger's
- * WHEN condition on OLD and NEW), raising SQLSTATE `code` — in this test's database only. `once`: only the first
+ * While `fn` runs, PostgreSQL itself refuses the updates (`on`: or the deletes) of idempotency_keys rows that `when`
+ * selects (a trigger's WHEN condition on OLD, and NEW for updates), raising SQLSTATE `code` — in this test's
+ * database only. `once`: only the first
  * such update is refused. `fn` gets how many such updates were tried so far (a sequence counts them: nextval is
  * not rolled back with the statement).
  */
 export async function whileRefusing<T>(
-  url: string, opts: { code: string; when: string; once?: boolean }, fn: (tries: () => Promise<number>) => Promise<T>,
+  url: string, opts: { code: string; when: string; once?: boolean; on?: 'UPDATE' | 'DELETE' },
+  fn: (tries: () => Promise<number>) => Promise<T>,
 ): Promise<T> {
   await sql(url, 'CREATE SEQUENCE idem_test_tries');
   await sql(url, `CREATE FUNCTION idem_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -161,9 +163,10 @@ export async function whileRefusing<T>(
       IF nextval('idem_test_tries') = 1 OR NOT ${opts.once === true} THEN
         RAISE EXCEPTION 'refused by the test (SQLSTATE ${opts.code})' USING ERRCODE = '${opts.code}';
       END IF;
-      RETURN NEW;
+      RETURN coalesce(NEW, OLD);
     END $$`);
-  await sql(url, `CREATE TRIGGER idem_test_refuse BEFORE UPDATE ON idempotency_keys FOR EACH ROW WHEN (${opts.when}) EXECUTE FUNCTION idem_test_refuse()`);
+  await sql(url, `CREATE TRIGGER idem_test_refuse BEFORE ${opts.on ?? 'UPDATE'} ON idempotency_keys FOR EACH ROW WHEN (${opts.when})
+    EXECUTE FUNCTION idem_test_refuse()`);
   const tries = async (): Promise<number> => {
     const [r] = await sql<{ n: string; called: boolean }>(url, 'SELECT last_value AS n, is_called AS called FROM idem_test_tries');
     return r!.called ? Number(r!.n) : 0;

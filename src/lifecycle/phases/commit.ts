@@ -131,9 +131,9 @@ async function commit(deps: LifecycleDeps, ctx: RequestContext, rec: StoredRespo
 }
 
 /**
- * Frees the key (fenced by the owner token), so a retry runs again. A store outage does not hold the request:
- * the release is retried in the background (src/lifecycle/give-back.ts). Any other failure leaves the key
- * claimed until its lease ends.
+ * Frees the key (fenced by the owner token), so a retry runs again. A store outage, or a release PostgreSQL
+ * rolled back, does not hold the request: the release is retried in the background (src/lifecycle/give-back.ts).
+ * Any other failure leaves the key claimed until its lease ends.
  */
 export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise<void> {
   const claim = ctx.claim!;
@@ -148,6 +148,9 @@ export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise
     deps.metrics.storeErrors.inc({ op: 'release' });
     if (err instanceof StoreUnavailableError) {
       deps.logger.warn({ requestId: ctx.requestId, err: err.message }, 'release failed; retried in the background while the store is down');
+      deps.giveBacks.add(ctx.requestId, claim, 'release');
+    } else if (isRolledBack(err)) {
+      deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release rolled back by PostgreSQL; retried in the background');
       deps.giveBacks.add(ctx.requestId, claim, 'release');
     } else {
       deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release failed; key stays claimed until its lease ends');
