@@ -2,17 +2,16 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import type { RunningProxy } from '../../src/app.js';
-import { createTestDatabase, row, whileRefusing, type TestDatabase } from '../helpers/db.js';
-import { send, type Reply } from '../helpers/http.js';
-import { startTestProxy } from '../helpers/proxy.js';
-import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { waitFor } from '../helpers/wait.js';
 import { GiveBacks } from '../../src/lifecycle/give-back.js';
 import { createLogger } from '../../src/log/logger.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import { createPgDb } from '../../src/store/db/pg.js';
 import { KeyStore } from '../../src/store/key-store.js';
-import type { LogLine } from '../helpers/proxy.js';
+import { createTestDatabase, row, whileRefusing, type TestDatabase } from '../helpers/db.js';
+import { send, type Reply } from '../helpers/http.js';
+import { startTestProxy, type LogLine } from '../helpers/proxy.js';
+import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { waitFor } from '../helpers/wait.js';
 
 // PostgreSQL rolls a statement back to break a deadlock (40P01) or a serialization conflict (40001): errors that
 // say the same statement may simply be sent again. Each of the key's own statements after the claim is:

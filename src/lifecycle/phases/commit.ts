@@ -146,11 +146,10 @@ export async function release(deps: LifecycleDeps, ctx: RequestContext): Promise
   } catch (err) {
     if (ctx.span !== null) deps.tracing!.storeSpan(ctx, 'release', t0, performance.now(), null, err);
     deps.metrics.storeErrors.inc({ op: 'release' });
-    if (err instanceof StoreUnavailableError) {
-      deps.logger.warn({ requestId: ctx.requestId, err: err.message }, 'release failed; retried in the background while the store is down');
-      deps.giveBacks.add(ctx.requestId, claim, 'release');
-    } else if (isRolledBack(err)) {
-      deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release rolled back by PostgreSQL; retried in the background');
+    const outage = err instanceof StoreUnavailableError;
+    if (outage || isRolledBack(err)) {
+      deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message },
+        outage ? 'release failed; retried in the background while the store is down' : 'release rolled back by PostgreSQL; retried in the background');
       deps.giveBacks.add(ctx.requestId, claim, 'release');
     } else {
       deps.logger.warn({ requestId: ctx.requestId, err: (err as Error).message }, 'release failed; key stays claimed until its lease ends');
