@@ -1,4 +1,4 @@
-import { ClaimRaceError } from '../errors.js';
+import { ClaimRaceError, isRolledBack } from '../errors.js';
 import { Batcher } from './batcher.js';
 import { type Db, type Queryable, budgetLeft, toBuffer } from './db/port.js';
 import type {
@@ -112,7 +112,15 @@ export class KeyStore {
    */
   async claim(req: ClaimRequest): Promise<ClaimOutcome> {
     for (let i = 0; i < CLAIM_ATTEMPTS; i++) {
-      const raw = await this.claims.submit(req);
+      let raw: RawClaim;
+      try {
+        raw = await this.claims.submit(req);
+      } catch (err) {
+        // Rolled back by PostgreSQL (a deadlock or a serialization conflict it broke) with nothing taken — a claim
+        // that had taken keys fails as a ClaimFailedError instead (src/store/tenant-claim.ts): claimed again.
+        if (isRolledBack(err) && i + 1 < CLAIM_ATTEMPTS) continue;
+        throw err;
+      }
       if (raw.kind === 'claimed') return raw;
       if (raw.kind === 'decided') return raw.outcome;
       // 'absent': vanished or not yet visible: claim again

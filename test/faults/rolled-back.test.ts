@@ -7,7 +7,7 @@ import { createLogger } from '../../src/log/logger.js';
 import { createMetrics } from '../../src/metrics/metrics.js';
 import { createPgDb } from '../../src/store/db/pg.js';
 import { KeyStore } from '../../src/store/key-store.js';
-import { createTestDatabase, row, whileRefusing, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, row, sql, whileRefusing, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { startTestProxy, type LogLine } from '../helpers/proxy.js';
 import { jsonResponder, startUpstream, type TestUpstream } from '../helpers/upstream.js';
@@ -20,6 +20,7 @@ import { waitFor } from '../helpers/wait.js';
 //   key stayed in flight until its lease ended; on a `reexecute` route its retry then ran the operation again.
 // - the release (a `releaseOn` status) and a claim given back (src/lifecycle/give-back.ts): tried again in the
 //   background. Given up at once, the key stayed in flight until its lease ended: every retry got 409.
+// - a claim that took nothing (a takeover's, here): claimed again at once. It was answered 500.
 //
 // PostgreSQL refuses for real: a trigger in this test's own database raises the code on the key's first such
 // statement (test/helpers/db.ts, whileRefusing).
@@ -101,4 +102,19 @@ test('a claim given back, its statement rolled back once by PostgreSQL, is tried
     giveBacks.close();
     await pgdb.close();
   }
+});
+
+test('a claim PostgreSQL rolls back once, nothing taken (the takeover of an expired lease), is claimed again: the request runs', async () => {
+  const key = `takeover-${Date.now()}`;
+  assert.equal((await post(key)).status, 201);
+  // Back in flight under another token with its lease over, as a proxy that died mid-request leaves it.
+  await sql(db.url, `UPDATE idempotency_keys SET state = 'in_flight', owner_token = gen_random_uuid(), locked_until = now() - interval '1 second',
+    completed_at = NULL, status_code = NULL, response_headers = NULL, response_body = NULL, body_retained = NULL, body_size = NULL,
+    trace_context = NULL WHERE idem_key = $1`, [key]);
+  await whileRefusing(db.url, { code: '40P01', when: `OLD.idem_key = '${key}' AND OLD.locked_until < now()`, once: true }, async (tries) => {
+    const again = await post(key);
+    assert.equal(again.status, 201, `the takeover, claimed again, runs: ${again.status} ${again.text()}`);
+    assert.equal(await tries(), 2, 'the takeover was refused once, then sent again');
+  });
+  assert.equal(up.received.filter((r) => r.url === `/pay/${key}`).length, 2, 'the dead holder\'s run and the takeover\'s (onExpiredLease: reexecute)');
 });
