@@ -149,34 +149,47 @@ export async function sql<R = Record<string, unknown>>(url: string, text: string
 /**
  * While `fn` runs, PostgreSQL itself refuses the updates (`on`: or the deletes) of idempotency_keys rows that `when`
  * selects (a trigger's WHEN condition on OLD, and NEW for updates), raising SQLSTATE `code` — in this test's
- * database only. `once`: only the first
- * such update is refused. `fn` gets how many such updates were tried so far (a sequence counts them: nextval is
- * not rolled back with the statement).
+ * database only. `once`: only the first such update is refused, and `fn` gets how many were tried so far (a
+ * sequence counts them: nextval is not rolled back with the statement; on Citus the trigger runs on the
+ * workers, which do not have the sequence, so `once` is for plain PostgreSQL). Without `once`, every one is
+ * refused and the count stays 0.
  */
 export async function whileRefusing<T>(
   url: string, opts: { code: string; when: string; once?: boolean; on?: 'UPDATE' | 'DELETE' },
   fn: (tries: () => Promise<number>) => Promise<T>,
 ): Promise<T> {
-  await sql(url, 'CREATE SEQUENCE idem_test_tries');
-  await sql(url, `CREATE FUNCTION idem_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF nextval('idem_test_tries') = 1 OR NOT ${opts.once === true} THEN
-        RAISE EXCEPTION 'refused by the test (SQLSTATE ${opts.code})' USING ERRCODE = '${opts.code}';
-      END IF;
-      RETURN coalesce(NEW, OLD);
-    END $$`);
-  await sql(url, `CREATE TRIGGER idem_test_refuse BEFORE ${opts.on ?? 'UPDATE'} ON idempotency_keys FOR EACH ROW WHEN (${opts.when})
-    EXECUTE FUNCTION idem_test_refuse()`);
-  const tries = async (): Promise<number> => {
-    const [r] = await sql<{ n: string; called: boolean }>(url, 'SELECT last_value AS n, is_called AS called FROM idem_test_tries');
-    return r!.called ? Number(r!.n) : 0;
+  // On Citus (npm run test:citus) a trigger on a distributed table must be allowed first, in the same session.
+  const trigger = async (text: string): Promise<void> => {
+    if (process.env.TEST_CITUS_NODES === undefined) return void await sql(url, text);
+    const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000 });
+    await client.connect();
+    try {
+      await client.query('SET citus.enable_unsafe_triggers = on');
+      await client.query(text);
+    } finally {
+      await client.end();
+    }
   };
   try {
+    await sql(url, 'CREATE SEQUENCE idem_test_tries');
+    await sql(url, `CREATE FUNCTION idem_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        ${opts.once === true ? "IF nextval('idem_test_tries') = 1 THEN" : ''}
+          RAISE EXCEPTION 'refused by the test (SQLSTATE ${opts.code})' USING ERRCODE = '${opts.code}';
+        ${opts.once === true ? 'END IF;' : ''}
+        RETURN coalesce(NEW, OLD);
+      END $$`);
+    await trigger(`CREATE TRIGGER idem_test_refuse BEFORE ${opts.on ?? 'UPDATE'} ON idempotency_keys FOR EACH ROW WHEN (${opts.when})
+      EXECUTE FUNCTION idem_test_refuse()`);
+    const tries = async (): Promise<number> => {
+      const [r] = await sql<{ n: string; called: boolean }>(url, 'SELECT last_value AS n, is_called AS called FROM idem_test_tries');
+      return r!.called ? Number(r!.n) : 0;
+    };
     return await fn(tries);
   } finally {
-    await sql(url, 'DROP TRIGGER idem_test_refuse ON idempotency_keys');
-    await sql(url, 'DROP FUNCTION idem_test_refuse()');
-    await sql(url, 'DROP SEQUENCE idem_test_tries');
+    await trigger('DROP TRIGGER IF EXISTS idem_test_refuse ON idempotency_keys');
+    await sql(url, 'DROP FUNCTION IF EXISTS idem_test_refuse()');
+    await sql(url, 'DROP SEQUENCE IF EXISTS idem_test_tries');
   }
 }
 
