@@ -232,7 +232,7 @@ export async function allClaims<T>(claims: ReadonlyArray<Promise<T>>, claimed: (
  * requests are answered 500, and give their claims back the same way.
  */
 function claimFailed(err: unknown, claimed: boolean): unknown {
-  if (!claimed) return err;
+  if (!claimed || err instanceof ClaimFailedError) return err; // a tenant's own claim (claimTenant) marked it already
   if (!(err instanceof StoreUnavailableError)) return new ClaimFailedError(err);
   err.maybeApplied = true;
   return err;

@@ -213,6 +213,20 @@ describe('a claim whose takeover PostgreSQL refuses', () => {
       assert.equal(claimMayHaveTaken(err), false);
     });
   });
+
+  test('side by side, the failing tenant\'s own call inserted a key: one ClaimFailedError for every request, PostgreSQL\'s error its cause (not wrapped twice)', async () => {
+    const store = new KeyStore(db, { crossTenantBatches: false });
+    const old = await expired('tr3', 'old-r3');
+    await refusing('old-r3', async () => {
+      // Submitted in the same turn: one batch, a statement per tenant; tr3's call inserts new-r3, then its takeover is refused.
+      const errs = await Promise.all([store.claim(old), store.claim(req('new-r3', 'tr3')), store.claim(req('new-r4', 'tr4'))]
+        .map((p) => p.then(() => null, (e: unknown) => e)));
+      for (const err of errs) {
+        assert.ok(err instanceof ClaimFailedError, `rejected with ${String(err)}`);
+        assert.equal((err.cause as { code?: string }).code, '40P01', `its cause: ${String(err.cause)}`);
+      }
+    });
+  });
 });
 
 // A lone commit is two statements when the first writes nothing: the update, then the read of whether the key is
