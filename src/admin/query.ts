@@ -46,10 +46,21 @@ export type ListParams = Partial<Record<ListField, string>>;
 
 const TEXT_MAX = 255;
 
+/**
+ * A tenant id, key or route name as given (a filter, a path segment, a cursor): PostgreSQL's text cannot hold
+ * U+0000, so no stored one has it, and sent in a statement it would fail as an SQL error, not match nothing.
+ * Throws AdminInputError naming the field.
+ */
+export function storable(field: string, v: string): string {
+  const at = v.indexOf('\u0000');
+  if (at !== -1) throw new AdminInputError(field, `contains U+0000 (NUL) at position ${at}, which no stored ${field} can`);
+  return v;
+}
+
 function text(field: ListField, v: string | undefined): string | null {
   if (v === undefined) return null;
   if (v === '' || v.length > TEXT_MAX) throw new AdminInputError(field, `must be 1 to ${TEXT_MAX} characters`);
-  return v;
+  return storable(field, v);
 }
 
 function state(v: string | undefined): KeyState | null {
@@ -109,6 +120,7 @@ function decodeCursor(v: string | undefined, filterTag: string, tenantId: string
     return bad('malformed');
   }
   const [, t, k, tag] = parsed as [number, string, string, string];
+  if (t.includes('\u0000') || k.includes('\u0000')) bad('malformed');
   if (tag !== filterTag || (tenantId !== null && t !== tenantId)) bad('made for other filters');
   return { tenantId: t, key: k };
 }

@@ -2,9 +2,9 @@ import { hash, randomUUID } from 'node:crypto';
 import { isIP } from 'node:net';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { KeyNotFoundError, NotOutcomeUnknownError, RESOLUTIONS, viewOfRecord, type KeyOperations, type Resolution } from '../admin/keys.js';
-import { AdminInputError, LIST_FIELDS, parseListQuery, type ListParams } from '../admin/query.js';
+import { AdminInputError, LIST_FIELDS, parseListQuery, storable, type ListParams } from '../admin/query.js';
 import { keyHash, type Logger } from '../log/logger.js';
-import { StoreUnavailableError } from '../store/db/port.js';
+import { isUnavailable } from '../store/db/pg-errors.js';
 import { PROBLEM_BASE, PROBLEM_CONTENT_TYPE } from './problems.js';
 
 // The admin API for keys (docs/operations.md, Admin API): /admin/keys on the
@@ -99,10 +99,17 @@ async function jsonBody(call: Call): Promise<Record<string, unknown> | null> {
 }
 
 function segment(call: Call, raw: string, field: string): string | null {
+  let v: string;
   try {
-    return decodeURIComponent(raw);
+    v = decodeURIComponent(raw);
   } catch {
     invalid(call, field, 'malformed percent-encoding in the path');
+    return null;
+  }
+  try {
+    return storable(field, v);
+  } catch (err) {
+    invalid(call, field, (err as AdminInputError).reason);
     return null;
   }
 }
@@ -212,18 +219,12 @@ export function createKeysApi(deps: KeysApiDeps): (req: IncomingMessage, res: Se
       }
       call.audit.err = (err as Error).message;
       if (call.res.headersSent) return call.res.destroy();
-      if (!isStoreFault(err)) return problem(call, 500, 'internal-error', 'Internal error', 'an unexpected fault (logged with this request id)');
+      if (!isUnavailable(err)) return problem(call, 500, 'internal-error', 'Internal error', 'an unexpected fault (logged with this request id)');
       return problem(call, 503, 'store-unavailable', 'Key store unavailable', 'the key store did not answer; try again', {}, { 'retry-after': '1' });
     }).finally(done);
   };
 }
 
-/** Connection, timeout and server-side errors of the store (not a bug of ours). */
-function isStoreFault(err: unknown): boolean {
-  if (err instanceof StoreUnavailableError) return true;
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /^(E[A-Z]+|0[0-9A-Z]{4}|[1-9][0-9A-Z]{4})$/.test(code);
-}
 
 function notFound(call: Call): void {
   problem(call, 404, 'key-not-found', 'No such key', 'no record for this key under this tenant id (or it expired and acts as absent)');

@@ -4,13 +4,14 @@
 // call is 401 and no row changes), bad input answered with a problem naming
 // the field, the audit log line, the loopback rule without a token, and the
 // census gauges on /metrics.
+import { hash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { RunningProxy } from '../../src/app.js';
 import { startProxy } from '../../src/app.js';
 import { loadConfig } from '../../src/config/load.js';
 import { createLogger } from '../../src/log/logger.js';
-import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
+import { createTestDatabase, sql, whileRefusing, type TestDatabase } from '../helpers/db.js';
 import { send, type Reply } from '../helpers/http.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { metric } from '../helpers/metrics.js';
@@ -70,6 +71,12 @@ async function listAll(query: string, limit: number): Promise<Array<{ tenantId: 
     if (page.next === null) return seen;
     cursor = page.next;
   }
+}
+
+/** A cursor as the API makes one (src/admin/query.ts) for a listing without filters: [version, tenant id, key, filter tag]. */
+function cursorOf([tenantId, key]: [string, string]): string {
+  const tag = hash('sha256', JSON.stringify([null, null, null, null]), 'base64url').slice(0, 11);
+  return Buffer.from(JSON.stringify([1, tenantId, key, tag])).toString('base64url');
 }
 
 function expectSame(got: Array<{ tenantId: string; key: string }>, want: Row[], what: string): void {
@@ -227,11 +234,19 @@ describe('bad input gets a problem naming the field', () => {
     ['/admin/keys/acme/k-000000/resolve', 'as', { method: 'POST', body: '{"as":"maybe"}', type: 'application/json' }],
     ['/admin/keys/acme/k-000000/resolve', 'body', { method: 'POST', body: '{"as":', type: 'application/json' }],
     ['/admin/keys/acme/k-000000/resolve', 'force', { method: 'POST', body: '{"as":"executed","force":true}', type: 'application/json' }],
+    // U+0000 cannot be in PostgreSQL's text: a 400 naming the field, not an SQL error answered 503 "store unavailable"
+    ['/admin/keys?tenantId=acme%00', 'tenantId'],
+    ['/admin/keys?route=pay%00ments', 'route'],
+    [`/admin/keys?cursor=${cursorOf(['acme\u0000', 'k-000000'])}`, 'cursor'],
+    ['/admin/keys/acme%00/k-000000', 'tenantId'],
+    ['/admin/keys/acme/k-000000%00', 'key', { method: 'DELETE' }],
+    ['/admin/keys/acme/k-000004%00/resolve', 'key', { method: 'POST', body: '{"as":"executed"}', type: 'application/json' }],
   ];
   for (const [path, field, opts] of cases) {
     test(`${opts?.method ?? 'GET'} ${path} ${opts?.body ?? ''}`, async () => {
       const r = await call(path, opts ?? {});
       assert.ok(r.status === 400 || r.status === 404, `${r.status} ${r.text()}`);
+      if (path.includes('%00') || field === 'cursor') assert.equal(r.status, 400, r.text());
       assert.equal(r.headers['content-type'], 'application/problem+json');
       const p = r.json();
       assert.match(p.type, /^urn:idempotency-proxy:problem:admin-/);
@@ -257,6 +272,26 @@ describe('bad input gets a problem naming the field', () => {
     assert.equal((await call('/admin/keys/acme/nope/resolve', { method: 'POST', body: '{"as":"executed"}', type: 'application/json' })).status, 404);
     assert.equal((await sql(db.url, 'SELECT state FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2', [done.tenant, done.key]))[0]?.state, 'complete');
   });
+});
+
+test('an SQL error that is not an outage is a 500, an outage 503 with Retry-After; the key stays as it was', async () => {
+  const k = rows.find((r) => r.state === 'complete' && r.tenant === 'umbrella')!;
+  const path = `/admin/keys/${encodeURIComponent(k.tenant)}/${encodeURIComponent(k.key)}`;
+  const when = `OLD.tenant_id = 'umbrella' AND OLD.idem_key = '${k.key}'`;
+  const state = async (): Promise<unknown> => (await sql(db.url, 'SELECT state FROM idempotency_keys WHERE tenant_id = $1 AND idem_key = $2', [k.tenant, k.key]))[0]?.state;
+  await whileRefusing(db.url, { code: '23514', when, on: 'DELETE' }, async () => {
+    const r = await call(path, { method: 'DELETE' });
+    assert.equal(r.status, 500, r.text());
+    assert.equal(r.json().type, 'urn:idempotency-proxy:problem:admin-internal-error');
+    assert.equal(r.headers['retry-after'], undefined);
+  });
+  await whileRefusing(db.url, { code: '57P01', when, on: 'DELETE' }, async () => {
+    const r = await call(path, { method: 'DELETE' });
+    assert.equal(r.status, 503, r.text());
+    assert.equal(r.json().type, 'urn:idempotency-proxy:problem:admin-store-unavailable');
+    assert.equal(r.headers['retry-after'], '1');
+  });
+  assert.equal(await state(), 'complete', 'neither purge removed the record');
 });
 
 test('every call is logged with who and what', async () => {
