@@ -65,7 +65,13 @@ export function checkFraming(req: IncomingMessage): FramingProblem | null {
   // Routes match the path as sent: only origin-form targets without dot
   // segments, so the upstream cannot resolve a path the routes never saw.
   const url = req.url ?? '';
-  if (url === '*') return req.method === 'OPTIONS' ? null : bad('the asterisk request target is only allowed with OPTIONS');
+  // OPTIONS * asks about the server as a whole (RFC 9110 §9.3.7), which is the proxy's upstream, and undici sends
+  // no target but a path: refused here rather than answered 502 "upstream unreachable", which it is not.
+  if (url === '*') {
+    return bad(req.method === 'OPTIONS'
+      ? 'the asterisk request target (OPTIONS *) is not forwarded: ask about one path instead (OPTIONS /v1/payments)'
+      : 'the asterisk request target is only allowed with OPTIONS, and is not forwarded');
+  }
   if (url.charCodeAt(0) !== 0x2f /* / */) return bad('the request target must be a path (origin-form, e.g. /v1/payments), not an absolute URL or an authority');
   const q = url.indexOf('?');
   const path = q === -1 ? url : url.slice(0, q);

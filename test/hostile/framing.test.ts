@@ -45,6 +45,7 @@ const CORPUS: Array<{ name: string; bytes: (path: string) => string; status: num
   { name: 'no Host header on HTTP/1.1', bytes: (p) => head(p, 'Content-Length: 2\r\n').replace('Host: x\r\n', '') + '{}', status: 400, type: 'bad-request', detail: /Host/ },
   { name: 'absolute-form target (would skip the /pay route)', bytes: (p) => head(p, 'Content-Length: 2\r\n').replace(`POST ${p} `, `POST http://evil.example${p} `) + '{}', status: 400, type: 'bad-request', detail: /origin-form/ },
   { name: 'dot segments in the path', bytes: (p) => head(p, 'Content-Length: 2\r\n').replace(`POST ${p} `, `POST /x/..${p} `) + '{}', status: 400, type: 'bad-request', detail: /segments/ },
+  { name: 'OPTIONS * (undici sends no such target: not a 502 "upstream unreachable")', bytes: () => 'OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n', status: 400, type: 'bad-request', detail: /OPTIONS \*/ },
   { name: 'asterisk target with POST', bytes: (p) => head(p, 'Content-Length: 2\r\n').replace(`POST ${p} `, 'POST * ') + '{}', status: 400, type: 'bad-request', detail: /asterisk/ },
   { name: 'CONNECT (no tunnels)', bytes: () => 'CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n', status: 405, type: 'method-not-allowed' },
   { name: 'one header of 40 KiB', bytes: (p) => head(p, `X-Big: ${'a'.repeat(40 * 1024)}\r\nContent-Length: 2\r\n`) + '{}', status: 431, type: 'headers-too-large' },
