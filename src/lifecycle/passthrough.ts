@@ -24,7 +24,9 @@ export function passThroughSink(done: (ctx: RequestContext) => void): PassThroug
       ctx.upstreamMs = performance.now() - ctx.upstreamStart;
       if (clientLeft) {
         // Not an upstream failure, and not counted as one.
-        ctx.detail = 'the client closed the connection before the response was complete';
+        ctx.detail = ctx.req.complete
+          ? 'the client closed the connection before the response was complete'
+          : 'the client closed the connection before its request was complete';
       } else if (e !== null) {
         ctx.outcome = 'upstream_error';
         ctx.detail = e.message;

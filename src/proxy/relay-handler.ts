@@ -28,7 +28,8 @@ export interface RelaySink<T> {
    * Called once. `error`: the upstream failed (if the status line had already
    * gone to the client, the response is cut off: `res.headersSent` tells).
    * `clientLeft`: the client closed its connection before the response was
-   * complete; the upstream exchange is abandoned.
+   * complete, or broke off the request body being streamed to the upstream;
+   * the upstream exchange is abandoned.
    */
   end(opaque: T, error: UpstreamError | null, clientLeft: boolean): void;
 }
@@ -51,7 +52,13 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
   /** The client left before the exchange was over (clientLeft). */
   private gone = false;
 
-  constructor(private readonly res: ServerResponse, private readonly sink: RelaySink<T>, private readonly opaque: T) {}
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly sink: RelaySink<T>,
+    private readonly opaque: T,
+    /** The client's request when its body is streamed to the upstream (not buffered): its failure is the client's. */
+    private readonly upload: IncomingMessage | null = null,
+  ) {}
 
   /**
    * The dispatch found every upstream connection busy: if it is not written by then (onConnect), it is answered
@@ -142,7 +149,10 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     if (this.ended) return; // our own abort after the client left, or a late error
     this.ended = true;
     if (this.started) this.res.destroy();
-    this.sink.end(this.opaque, classify(err), false);
+    // The body being streamed failed: the client left (or broke off) in the middle of its own request.
+    const clientLeft = this.upload !== null && this.upload.errored !== null;
+    this.gone = clientLeft;
+    this.sink.end(this.opaque, clientLeft ? null : classify(err), clientLeft);
   }
 
   /** The client left: the exchange is abandoned (aborted if written; dropped unsent by onConnect if still waiting). */
@@ -169,6 +179,6 @@ export function relayUpstream<T>(
   sink: RelaySink<T>,
   opaque: T,
 ): void {
-  const handler = new RelayHandler(res, sink, opaque);
+  const handler = new RelayHandler(res, sink, opaque, body !== null && !Buffer.isBuffer(body) ? body : null);
   if (!dispatch(upstream, req, body, null, handler)) handler.waitAtMost(upstream.timeoutMs);
 }

@@ -75,6 +75,25 @@ describe('pass-through: who broke the response off', () => {
     assert.equal((await outcomes()).upstream_error ?? 0, 0, 'not counted as an upstream error');
   });
 
+  test('the client hangs up in the middle of its request body: passthrough, with the reason; the upload never completes upstream', async () => {
+    const u = new URL(proxy.url);
+    const before = upstream.executions();
+    await new Promise<void>((resolve) => {
+      const s = net.connect(Number(u.port), u.hostname, () => {
+        s.write(`POST /files/upload HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n${'u'.repeat(1000)}`);
+        // Long enough for the proxy to have the upstream request under way with part of the body sent.
+        setTimeout(() => s.destroy(), 300);
+      });
+      s.on('close', () => resolve());
+      s.on('error', () => resolve());
+    });
+    const line = await requestLine('/files/upload');
+    assert.equal(line.outcome, 'passthrough', JSON.stringify(line));
+    assert.match(String(line.detail), /client closed the connection before its request was complete/);
+    assert.equal((await outcomes()).upstream_error ?? 0, 0, 'not counted as an upstream error');
+    assert.equal(upstream.executions(), before, 'the upstream never got the whole body');
+  });
+
   test('the upstream breaks its response off: still an upstream error', async () => {
     await get('/files/upstream-breaks', false);
     const line = await requestLine('/files/upstream-breaks');
