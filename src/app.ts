@@ -290,4 +290,11 @@ function warnTradeOffs(config: Config, logger: Logger): void {
   if (pass.length > 0) {
     logger.warn({ routes: pass }, 'onStoreError: passthrough on these routes: while the key store is unreachable, requests are forwarded without deduplication');
   }
+  // A lease is extended at a third of it, and an extension may take up to store.timeout to land: past 2/3 of the lease it may land too late.
+  const storeMs = config.store.timeoutMs;
+  const short = config.store.postgres === null ? [] : config.routes.filter((r) => r.mode !== 'passthrough' && r.leaseMs * 2 < storeMs * 3).map((r) => r.name);
+  if (short.length > 0) {
+    logger.warn({ routes: short, storeTimeoutMs: storeMs },
+      'lease shorter than 1.5 × store.timeout on these routes: an extension the store answers slowly can land after the lease ran out, and a retry that came meanwhile runs the operation again');
+  }
 }

@@ -13,6 +13,11 @@ import { ACP_MIN_TTL_MS, presetLayer } from './profiles.js';
 type Resolved = Omit<RoutePolicy, 'name' | 'match' | 'key'>;
 
 /** The built-in key source: the Idempotency-Key header. */
+/** The heartbeat (src/lifecycle/heartbeat.ts) extends a running request's lease every third of it, but not more often than this. */
+export const HEARTBEAT_FLOOR_MS = 50;
+/** The shortest lease: at the heartbeat's floor, an extension still has as long again to land before the lease runs out. */
+export const MIN_LEASE_MS = 2 * HEARTBEAT_FLOOR_MS;
+
 export const BUILTIN_KEY: KeySource = { kind: 'header', header: 'idempotency-key' };
 
 /** The built-in defaults, exactly as docs/contract.md (Configuration) shows them. */
@@ -118,6 +123,9 @@ function keyOf(layer: PolicyLayer): KeySource | undefined {
 }
 
 function crossCheck(m: Merge, p: Resolved, match: RoutePolicy['match'], issues: Issues): void {
+  if (p.leaseMs > 0 && p.leaseMs < MIN_LEASE_MS) { // 0 is refused on its own
+    issues.add(m.blame('leaseMs'), `lease (${formatDuration(p.leaseMs)}) must be at least ${formatDuration(MIN_LEASE_MS)}: a running request's lease is extended every third of it but at most every ${formatDuration(HEARTBEAT_FLOOR_MS)}, so a shorter one runs out while its request runs, and a retry could run the operation again`);
+  }
   if (p.leaseMs > p.ttlMs) {
     const at = m.blame('leaseMs', 'ttlMs');
     const leaseBlamed = at[at.length - 1] === 'lease';

@@ -1,3 +1,4 @@
+import { HEARTBEAT_FLOOR_MS } from '../config/routes.js';
 import type { KeyStore } from '../store/key-store.js';
 
 // While the upstream call runs longer than a third of the lease, the lease is
@@ -18,7 +19,7 @@ export interface HeartbeatEvents {
 
 export function startHeartbeat(store: KeyStore, claim: { tenantId: string; key: string; ownerToken: string; leaseMs: number }, events: HeartbeatEvents): Heartbeat {
   const { tenantId, key, ownerToken, leaseMs } = claim;
-  const every = Math.max(50, Math.floor(leaseMs / 3));
+  const every = Math.max(HEARTBEAT_FLOOR_MS, Math.floor(leaseMs / 3));
   let stopped = false;
   let timer: NodeJS.Timeout;
   const tick = (): void => {

@@ -106,6 +106,25 @@ routes: { name: a }
   ]);
 });
 
+test('a lease the heartbeat cannot keep (90ms for 90s) is an error naming where it was set; 100ms is the floor', () => {
+  const errors = errorsOf(`${UPSTREAM}
+defaults:
+  lease: 90ms
+routes:
+  - name: a
+    match: { path: /a }
+  - name: b
+    match: { path: /b }
+    lease: 99ms
+  - name: c
+    match: { path: /c }
+    lease: 100ms
+    ttl: 1h
+`);
+  assert.deepEqual(errors.map((e) => e.replace(/:.*\(line/, ': … (line')), ['defaults.lease: … (line 4)', 'routes[1].lease: … (line 10)']);
+  assert.match(errors[0]!, /lease \(90ms\) must be at least 100ms: .*a retry could run the operation again/);
+});
+
 test('semantic checks: pointers, exclude without canonical, hop-by-hop storeHeaders, credentials as tenant, limits', () => {
   const errors = errorsOf(`${UPSTREAM}
 defaults:

@@ -1,7 +1,8 @@
 // onUnknownOutcome — an upstream timeout leaves the outcome unknown. `store`
 // (default) binds the 504 to the key: the retry gets the same 504 and the
 // operation never runs twice. `release` gives the key back: the retry runs
-// again. Routes that trade safety for availability are named at startup.
+// again. Routes that trade safety for availability are named at startup, and
+// so are routes whose lease a slow store can let run out.
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { RunningProxy } from '../../src/app.js';
@@ -29,10 +30,14 @@ routes:
     match: { path: /both/** }
     onUnknownOutcome: release
     onStoreError: passthrough
+  - name: quick-lease
+    match: { path: /quick/** }
+    lease: 7s
   - name: static
     match: { path: /** }
     mode: passthrough
     onUnknownOutcome: release
+    lease: 1s
 `;
 
 describe('onUnknownOutcome', () => {
@@ -88,6 +93,11 @@ describe('onUnknownOutcome', () => {
     // Passthrough routes never deduplicate, so their policy does not matter and is not named.
     assert.deepEqual(release.routes, ['quotes-release', 'both']);
     assert.deepEqual(pass.routes, ['search-lenient', 'both']);
+    // A lease under 1.5 × store.timeout (5 s by default): 7 s is, 90 s is not; a passthrough route holds no lease.
+    const lease = warnings.find((l) => /lease shorter than 1\.5 × store\.timeout/.test(String(l.msg)));
+    assert.ok(lease, `no lease warning in ${JSON.stringify(warnings)}`);
+    assert.deepEqual(lease.routes, ['quick-lease']);
+    assert.equal(lease.storeTimeoutMs, 5000);
     // Logged before the proxy starts listening.
     const listening = lines.findIndex((l) => l.msg === 'proxy listening');
     assert.ok(lines.indexOf(release) < listening && lines.indexOf(pass) < listening);
