@@ -24,7 +24,7 @@ export function passThroughSink(done: (ctx: RequestContext) => void): PassThroug
       ctx.upstreamMs = performance.now() - ctx.upstreamStart;
       if (clientLeft) {
         // Not an upstream failure, and not counted as one.
-        ctx.detail = ctx.req.complete
+        ctx.detail = clientLeft === 'response'
           ? 'the client closed the connection before the response was complete'
           : 'the client closed the connection before its request was complete';
       } else if (e !== null) {

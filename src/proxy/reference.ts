@@ -160,7 +160,7 @@ class ReferenceHandler implements Dispatcher.DispatchHandler, RelaySink<null> {
   // RelaySink: the relayed answer ended.
   head(): void {}
 
-  end(_: null, error: UpstreamError | null, clientLeft: boolean): void {
+  end(_: null, error: UpstreamError | null, clientLeft: false | 'request' | 'response'): void {
     this.done(error !== null ? { kind: 'cut', error } : clientLeft ? { kind: 'client_left' } : { kind: 'relayed' });
   }
 }

@@ -28,10 +28,10 @@ export interface RelaySink<T> {
    * Called once. `error`: the upstream failed (if the status line had already
    * gone to the client, the response is cut off: `res.headersSent` tells).
    * `clientLeft`: the client closed its connection before the response was
-   * complete, or broke off the request body being streamed to the upstream;
-   * the upstream exchange is abandoned.
+   * complete ('response'), or broke off the request body being streamed to
+   * the upstream ('request'); the upstream exchange is abandoned.
    */
-  end(opaque: T, error: UpstreamError | null, clientLeft: boolean): void;
+  end(opaque: T, error: UpstreamError | null, clientLeft: false | 'request' | 'response'): void;
 }
 
 class ClientGone extends Error {
@@ -149,10 +149,11 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     if (this.ended) return; // our own abort after the client left, or a late error
     this.ended = true;
     if (this.started) this.res.destroy();
-    // The body being streamed failed: the client left (or broke off) in the middle of its own request.
-    const clientLeft = this.upload !== null && this.upload.errored !== null;
+    // The body being streamed failed: the client left (or broke off) in the middle of its own request. Over
+    // HTTP/1.1 the request stream errs; an HTTP/2 stream the client cancelled ends early, marked aborted.
+    const clientLeft = this.upload !== null && (this.upload.errored !== null || this.upload.aborted);
     this.gone = clientLeft;
-    this.sink.end(this.opaque, clientLeft ? null : classify(err), clientLeft);
+    this.sink.end(this.opaque, clientLeft ? null : classify(err), clientLeft ? 'request' : false);
   }
 
   /** The client left: the exchange is abandoned (aborted if written; dropped unsent by onConnect if still waiting). */
@@ -162,7 +163,7 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     if (this.timer !== null) this.stopTimer();
     const abort = this.abort;
     if (abort !== null) abort(new ClientGone());
-    this.sink.end(this.opaque, null, true);
+    this.sink.end(this.opaque, null, 'response');
   }
 }
 

@@ -1,5 +1,6 @@
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import http2 from 'node:http2';
 import net from 'node:net';
 import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
@@ -99,6 +100,44 @@ describe('pass-through: who broke the response off', () => {
     const line = await requestLine('/files/upstream-breaks');
     assert.equal(line.outcome, 'upstream_error', JSON.stringify(line));
     assert.equal((await outcomes()).upstream_error, 1);
+  });
+});
+
+// The same over HTTP/2 (h2c): a stream the client cancels in the middle of its body ends early, so undici sees a
+// body shorter than its content-length; that too is the client's doing.
+describe('pass-through over HTTP/2: a client that cancels its stream in the middle of the request body', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let proxy: RunningProxy;
+  const log = captureLogger('info');
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startUpstream();
+    proxy = await startTestProxy({ upstream: upstream.url, databaseUrl: db.url, yaml: `listen: { address: 127.0.0.1:0, http2: true }\n${yaml}`, logger: log.logger });
+  });
+  after(async () => {
+    await proxy.close();
+    await upstream.close();
+    await db.drop();
+  });
+
+  test('passthrough, with the reason; not counted as an upstream error', async () => {
+    const session = http2.connect(proxy.url);
+    try {
+      await new Promise<void>((resolve) => {
+        const s = session.request({ ':method': 'POST', ':path': '/files/h2-upload', 'content-length': '100000' });
+        s.on('error', () => resolve());
+        s.on('close', () => resolve());
+        s.write('u'.repeat(1000));
+        setTimeout(() => s.close(http2.constants.NGHTTP2_CANCEL), 300);
+      });
+      const line = await findRequestLine(log.lines, '/files/h2-upload');
+      assert.equal(line.outcome, 'passthrough', JSON.stringify(line));
+      assert.match(String(line.detail), /client closed the connection before its request was complete/);
+      assert.equal(upstream.executions(), 0, 'the upstream never got the whole body');
+    } finally {
+      session.close();
+    }
   });
 });
 
