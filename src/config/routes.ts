@@ -12,12 +12,12 @@ import { ACP_MIN_TTL_MS, presetLayer } from './profiles.js';
 
 type Resolved = Omit<RoutePolicy, 'name' | 'match' | 'key'>;
 
-/** The built-in key source: the Idempotency-Key header. */
 /** The heartbeat (src/lifecycle/heartbeat.ts) extends a running request's lease every third of it, but not more often than this. */
 export const HEARTBEAT_FLOOR_MS = 50;
 /** The shortest lease: at the heartbeat's floor, an extension still has as long again to land before the lease runs out. */
 export const MIN_LEASE_MS = 2 * HEARTBEAT_FLOOR_MS;
 
+/** The built-in key source: the Idempotency-Key header. */
 export const BUILTIN_KEY: KeySource = { kind: 'header', header: 'idempotency-key' };
 
 /** The built-in defaults, exactly as docs/contract.md (Configuration) shows them. */

@@ -225,7 +225,6 @@ export function createKeysApi(deps: KeysApiDeps): (req: IncomingMessage, res: Se
   };
 }
 
-
 function notFound(call: Call): void {
   problem(call, 404, 'key-not-found', 'No such key', 'no record for this key under this tenant id (or it expired and acts as absent)');
 }

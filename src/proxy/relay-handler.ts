@@ -149,9 +149,10 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     if (this.ended) return; // our own abort after the client left, or a late error
     this.ended = true;
     if (this.started) this.res.destroy();
-    // The body being streamed failed: the client left (or broke off) in the middle of its own request. Over
-    // HTTP/1.1 the request stream errs; an HTTP/2 stream the client cancelled ends early, marked aborted.
-    const clientLeft = this.upload !== null && (this.upload.errored !== null || this.upload.aborted);
+    // The body being streamed failed: the client left (or broke off) in the middle of its own request. Node marks
+    // such a request aborted: over HTTP/1.1 it also errs, and an HTTP/2 stream the client cancelled ends early.
+    const u = this.upload;
+    const clientLeft = u !== null && (u.aborted || (u.errored !== null && !u.complete));
     this.gone = clientLeft;
     this.sink.end(this.opaque, clientLeft ? null : classify(err), clientLeft ? 'request' : false);
   }
