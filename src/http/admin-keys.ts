@@ -98,6 +98,7 @@ async function jsonBody(call: Call): Promise<Record<string, unknown> | null> {
   return parsed as Record<string, unknown>;
 }
 
+/** A path segment decoded; null after answering a problem. A NUL in it throws AdminInputError (answered by the caller's catch). */
 function segment(call: Call, raw: string, field: string): string | null {
   let v: string;
   try {
@@ -106,12 +107,7 @@ function segment(call: Call, raw: string, field: string): string | null {
     invalid(call, field, 'malformed percent-encoding in the path');
     return null;
   }
-  try {
-    return storable(field, v);
-  } catch (err) {
-    invalid(call, field, (err as AdminInputError).reason);
-    return null;
-  }
+  return storable(field, v);
 }
 
 export function createKeysApi(deps: KeysApiDeps): (req: IncomingMessage, res: ServerResponse, path: string, authorized: boolean) => void {
