@@ -1,4 +1,5 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
+import { constants as h2, type ServerHttp2Stream } from 'node:http2';
 import { ownHeaderCount } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import { problemDialect, type Dialect } from './dialects.js';
@@ -28,10 +29,21 @@ export interface ProblemOptions {
   readonly echo?: string | null;
 }
 
+/**
+ * Cuts a response already under way, so that its client reads it as broken, never as complete: over HTTP/1.1 the
+ * connection closes before the body's end; over HTTP/2 the stream is reset with INTERNAL_ERROR. (Destroying an
+ * HTTP/2 stream without an error resets it with NO_ERROR, which Node's own client reads as a whole response.)
+ */
+export function cutResponse(res: ServerResponse): void {
+  const stream = (res as { stream?: ServerHttp2Stream }).stream;
+  if (stream === undefined) res.destroy();
+  else if (!stream.destroyed) stream.close(h2.NGHTTP2_INTERNAL_ERROR);
+}
+
 /** A proxy-made problem on a response that has not started; one already under way is cut instead. */
 export function respondProblem(res: ServerResponse, d: Dialect, p: ProblemDef, detail: string, requestId: string, opts: ProblemOptions = {}): void {
   if (res.headersSent) {
-    res.destroy();
+    cutResponse(res);
     return;
   }
   const status = opts.status ?? p.status;

@@ -1,5 +1,6 @@
 import type { Handler } from '../http/server.js';
 import { problemFor, Problems } from '../http/problems.js';
+import { cutResponse } from '../http/respond.js';
 import { sourceOf } from '../errors.js';
 import { RequestContext } from './context.js';
 import type { LifecycleDeps } from './deps.js';
@@ -73,7 +74,7 @@ function answerFault(deps: LifecycleDeps, ctx: RequestContext, err: unknown): vo
   ctx.detail = (err as Error)?.message ?? String(err);
   deps.logger.error({ requestId: ctx.requestId, phase: ctx.phase, source: ctx.source, err }, 'unexpected error');
   if (ctx.res.headersSent) {
-    ctx.res.destroy();
+    cutResponse(ctx.res);
     return;
   }
   const detail = p === Problems.storeUnavailable

@@ -1,5 +1,5 @@
 import { problemDialect, type Dialect } from '../http/dialects.js';
-import { respondProblem, respondRecord, respondReplay } from '../http/respond.js';
+import { cutResponse, respondProblem, respondRecord, respondReplay } from '../http/respond.js';
 import type { RequestContext } from './context.js';
 import type { LifecycleDeps } from './deps.js';
 import { referenceOf } from '../proxy/reference.js';
@@ -52,7 +52,7 @@ export function respond(deps: LifecycleDeps, ctx: RequestContext, v: Verdict): P
     case 'cut':
       ctx.outcome = v.outcome;
       ctx.detail = v.detail;
-      res.destroy();
+      cutResponse(res);
       return;
     case 'done':
     case 'next':

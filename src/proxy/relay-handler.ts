@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Dispatcher } from 'undici';
 import type { UpstreamError } from '../errors.js';
+import { cutResponse } from '../http/respond.js';
 import { dispatch } from './forward.js';
 import { clientResponseHeadersRaw } from './headers.js';
 import { classify, droppedUnsent, noConnectionInTime, type Upstream } from './upstream.js';
@@ -148,7 +149,7 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     if (this.timer !== null) this.stopTimer(); // refused before it was written: nothing left to wait for
     if (this.ended) return; // our own abort after the client left, or a late error
     this.ended = true;
-    if (this.started) this.res.destroy();
+    if (this.started) cutResponse(this.res);
     // The body being streamed failed: the client left (or broke off) in the middle of its own request. Node marks
     // such a request aborted: over HTTP/1.1 it also errs, and an HTTP/2 stream the client cancelled ends early.
     const u = this.upload;

@@ -26,6 +26,9 @@ routes:
     tenant: { constant: t }
     onInFlight: wait
     waitTimeout: 20s
+  - name: through
+    match: { path: /through/** }
+    mode: passthrough
 `;
 
 before(async () => {
@@ -33,6 +36,13 @@ before(async () => {
   pki = createPki();
   server = pki.issue('server', '/CN=localhost', { san: 'DNS:localhost,IP:127.0.0.1' });
   upstream = await startUpstream(async (req, n, res) => {
+    if (req.url.endsWith('/break')) {
+      // The body breaks off after the status line: the upstream's connection dies mid-response.
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.write('the first part of the body');
+      setTimeout(() => res.socket!.destroy(), 20);
+      return;
+    }
     const delay = Number(/delay=(\d+)/.exec(req.url)?.[1] ?? 0);
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
     const body = JSON.stringify({ execution: n, proto: req.headers['x-forwarded-proto'], host: req.headers.host, body: req.body.toString(), cookie: req.rawHeaders.filter((_, i) => i % 2 === 0 ? false : req.rawHeaders[i - 1]!.toLowerCase() === 'cookie') });
@@ -225,6 +235,31 @@ describe('clear text with http2: true (h2c with prior knowledge beside HTTP/1.1)
       session.close();
     }
   });
+
+  // A response cut after its status line must read as broken, never as complete. Over HTTP/2 the stream is reset with
+  // INTERNAL_ERROR: a reset with NO_ERROR (what destroying a stream sends) ends Node's client stream as if it were whole.
+  for (const [name, path] of [['a keyed route', '/pay/break'], ['a pass-through route', '/through/break']] as const) {
+    test(`an upstream that dies mid-body on ${name}: the stream is reset with INTERNAL_ERROR; curl sees the stream not closed cleanly`, async () => {
+      const session = await h2Connect(proxy.url);
+      try {
+        const stream = session.request({ ':method': 'POST', ':path': path, 'idempotency-key': uniqueKey('h2-break') });
+        stream.end('b');
+        stream.resume();
+        const outcome = await new Promise<string>((resolve) => {
+          stream.once('error', (err: NodeJS.ErrnoException) => resolve(`error ${err.code}`));
+          stream.once('end', () => resolve('end'));
+        });
+        assert.equal(outcome, 'error ERR_HTTP2_STREAM_ERROR', 'an incomplete response is never presented as complete');
+        assert.equal(stream.rstCode, 2, 'RST_STREAM with INTERNAL_ERROR (2)');
+        const ok = await h2Request(session, '/pay/after', { 'idempotency-key': uniqueKey('h2-after') }, 'a');
+        assert.equal(ok.status, 201, 'the session stays usable');
+      } finally {
+        session.close();
+      }
+      const c = await curl(['--http2-prior-knowledge', '-H', `Idempotency-Key: ${uniqueKey('h2-break')}`, '--data-binary', 'c', `${proxy.url}${path}`]);
+      assert.equal(c.code, 92, `curl's exit code for a stream not closed cleanly (${c.stderr})`);
+    });
+  }
 
   test('50 duplicate h2c streams on one connection execute once', async () => {
     const session = await h2Connect(proxy.url);

@@ -1,5 +1,6 @@
 import { StoreUnavailableError, isRolledBack, type UpstreamError } from '../../errors.js';
 import { Problems, problemRecord, upstreamProblem } from '../../http/problems.js';
+import { cutResponse } from '../../http/respond.js';
 import type { Recording } from '../../proxy/record-handler.js';
 import { asReference } from '../../proxy/reference.js';
 import type { StoredResponse } from '../../store/records.js';
@@ -32,7 +33,7 @@ export const commitPhase: Phase = {
     // The body broke off after the status line: the outcome is unknown.
     ctx.outcome = 'upstream_error';
     ctx.detail = error.message;
-    ctx.res.destroy();
+    cutResponse(ctx.res);
     if (ctx.plan!.policy.onUnknownOutcome === 'release') {
       await release(deps, ctx);
       return DONE;
