@@ -15,6 +15,13 @@ import type { Handler, ServerTimeouts } from './server.js';
 const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 
 /**
+ * Destroying a session with an error resets each of its open streams with INTERNAL_ERROR and says so in its
+ * GOAWAY: a response cut by the shutdown deadline reads as broken, never as whole (src/http/respond.ts, cutResponse).
+ * Without one, the streams go with the session's socket and Node's client ends them as if they were complete.
+ */
+const DEADLINE = 'the shutdown deadline passed with this stream still open';
+
+/**
  * The header list a session advertises and nghttp2 enforces (a reset stream
  * beyond it): twice what the proxy accepts, so a list between the two
  * reaches the framing phase and gets its 431 problem (src/http/framing.ts).
@@ -92,7 +99,7 @@ function createH2Server(handler: Handler, t: ServerTimeouts): { server: http2.Ht
       for (const s of sessions) s.close();
     },
     destroyAll: () => {
-      for (const s of sessions) s.destroy();
+      for (const s of sessions) s.destroy(new Error(DEADLINE));
     },
   };
   return { server, front };

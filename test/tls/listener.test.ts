@@ -43,6 +43,14 @@ before(async () => {
       setTimeout(() => res.socket!.destroy(), 20);
       return;
     }
+    if (req.url.endsWith('/drip')) {
+      // A body that takes 3 s: still streaming when a short shutdown deadline passes.
+      res.writeHead(200, { 'content-type': 'text/plain' });
+      res.write('the first part of the body');
+      const t = setTimeout(() => res.end('the rest'), 3000);
+      res.once('close', () => clearTimeout(t));
+      return;
+    }
     const delay = Number(/delay=(\d+)/.exec(req.url)?.[1] ?? 0);
     if (delay > 0) await new Promise((r) => setTimeout(r, delay));
     const body = JSON.stringify({ execution: n, proto: req.headers['x-forwarded-proto'], host: req.headers.host, body: req.body.toString(), cookie: req.rawHeaders.filter((_, i) => i % 2 === 0 ? false : req.rawHeaders[i - 1]!.toLowerCase() === 'cookie') });
@@ -292,6 +300,34 @@ describe('graceful shutdown with HTTP/2 sessions open', () => {
       assert.deepEqual(order, ['goaway', 'answered', 'closed']);
     } finally {
       session.destroy();
+    }
+  });
+
+  test('past the shutdown deadline, responses still streaming are reset with INTERNAL_ERROR, never ended as if whole', async () => {
+    const proxy = await startTestProxy({
+      upstream: upstream.url, databaseUrl: db.url, yaml: `listen: { address: 127.0.0.1:0, http2: true }\n${ROUTES}`, start: { shutdownDeadlineMs: 300 },
+    });
+    const session = await h2Connect(proxy.url);
+    session.on('error', () => {}); // the session's GOAWAY says INTERNAL_ERROR too
+    try {
+      const streams = ['/pay/drip', '/through/drip'].map((path) => {
+        const stream = session.request({ ':method': 'POST', ':path': path, 'idempotency-key': uniqueKey('deadline') });
+        stream.end('x');
+        stream.resume();
+        return stream;
+      });
+      const outcomes = streams.map((stream) => new Promise<string>((resolve) => {
+        stream.once('error', () => resolve(`error, RST_STREAM ${stream.rstCode}`));
+        stream.once('end', () => resolve(`end, RST_STREAM ${stream.rstCode}`));
+      }));
+      await Promise.all(streams.map((stream) => new Promise((r) => stream.once('response', r))));
+      const closed = proxy.close();
+      assert.deepEqual(await Promise.all(outcomes), ['error, RST_STREAM 2', 'error, RST_STREAM 2'],
+        'each cut stream is an error, reset with INTERNAL_ERROR (2)');
+      await closed;
+    } finally {
+      session.destroy();
+      await proxy.close();
     }
   });
 });
