@@ -4,6 +4,7 @@ import { tlsReloader, type TlsReloader } from '../ops/tls-reload.js';
 import { readUpstreamTls } from '../config/tls-files.js';
 import { TimeoutSignal, UpstreamError } from '../errors.js';
 import type { PoolCounts } from '../metrics/metrics.js';
+import { MAX_HEADER_BYTES } from '../http/framing.js';
 
 export { TimeoutSignal, UpstreamError };
 export type { FailureKind } from '../errors.js';
@@ -33,6 +34,13 @@ export function classify(err: unknown): UpstreamError {
   if (err instanceof TimeoutSignal) return new UpstreamError('timeout', err.message, { cause: err });
   if (code !== undefined && (NOT_SENT.has(code) || TLS_HANDSHAKE.test(code))) return new UpstreamError('not_sent', `upstream unreachable (${code})`, { cause: err });
   if (code !== undefined && TIMEOUTS.has(code)) return new UpstreamError('timeout', `upstream timed out (${code})`, { cause: err });
+  // The upstream answered, but with something the proxy cannot read: its handler ran, so the outcome is as unknown as after a reset.
+  if (code === 'UND_ERR_HEADERS_OVERFLOW') {
+    return new UpstreamError('reset', `the upstream's response header section is larger than the proxy reads (${MAX_HEADER_BYTES} bytes) (${code})`, { cause: err });
+  }
+  if ((err as Error | null)?.name === 'HTTPParserError') {
+    return new UpstreamError('reset', `the upstream's response is not valid HTTP/1.1 (${e.message ?? code})`, { cause: err });
+  }
   return new UpstreamError('reset', `upstream connection failed after the request was sent (${code ?? e?.message ?? 'unknown error'})`, { cause: err });
 }
 
@@ -82,6 +90,8 @@ export function createUpstream(cfg: UpstreamConfig): Upstream {
     connections: cfg.connections,
     pipelining: 1,
     keepAliveTimeout: 4_000,
+    // An upstream's response header section may be as large as a request's the proxy accepts (src/http/framing.ts).
+    maxHeaderSize: MAX_HEADER_BYTES,
     headersTimeout: cfg.timeoutMs,
     bodyTimeout: cfg.timeoutMs,
     connect: connector === null ? { timeout } : (opts, cb) => connector!(opts, cb),

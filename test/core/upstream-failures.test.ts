@@ -1,6 +1,7 @@
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ServerResponse } from 'node:http';
+import { Agent, request } from 'undici';
 import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
@@ -47,6 +48,16 @@ describe('upstream failures', () => {
       }
       if (mode === 'reset' && seen.get(key) === 1) {
         res.socket!.destroy();
+        return;
+      }
+      if (mode === 'bighead' || mode === 'hugehead') {
+        // A header section of 20 KiB (over Node's default 16 KiB) or 40 KiB (over the 32 KiB the proxy reads).
+        res.writeHead(201, { 'content-type': 'application/json', 'x-big': 'h'.repeat(mode === 'bighead' ? 20 * 1024 : 40 * 1024) });
+        res.end(JSON.stringify({ execution: n, key }));
+        return;
+      }
+      if (mode === 'garbage') {
+        res.socket!.end('HTTP/1.1 20X Created\r\n\r\n');
         return;
       }
       if (mode === 'halfbody' && seen.get(key) === 1) {
@@ -147,6 +158,42 @@ describe('upstream failures', () => {
     await assert.rejects(post(proxy, '/pay/slowbody', key));
     const retry = await settled(key, '/pay/slowbody');
     assertProblem(retry, 'upstream-timeout', 504);
+    assert.equal(header(retry, 'idempotent-replayed'), 'true');
+    assert.equal(seen.get(key), 1);
+  });
+
+  test('an upstream header section of 20 KiB is relayed and replayed; one over 32 KiB is a stored 502 that says why', async () => {
+    // The test's own client reads up to 64 KiB of headers (undici's default, like Node's, is 16 KiB).
+    const client = new Agent({ maxHeaderSize: 64 * 1024 });
+    const big = (key: string) => request(`${proxy.url}/pay/bighead`, { method: 'POST', headers: { 'idempotency-key': key }, body: 'op', dispatcher: client });
+    try {
+      const key = uniqueKey('bighead');
+      const first = await big(key);
+      await first.body.text();
+      assert.equal(first.statusCode, 201);
+      assert.equal(String(first.headers['x-big']).length, 20 * 1024);
+      const again = await big(key);
+      await again.body.text();
+      assert.equal(again.headers['idempotent-replayed'], 'true');
+      assert.equal(String(again.headers['x-big']).length, 20 * 1024, 'the replay carries the header as stored');
+      assert.equal(seen.get(key), 1);
+    } finally {
+      await client.close();
+    }
+    const key = uniqueKey('hugehead');
+    const p = assertProblem(await post(proxy, '/pay/hugehead', key), 'upstream-reset', 502);
+    assert.match(p.detail, /response header section is larger than the proxy reads \(32768 bytes\)/);
+    const retry = await post(proxy, '/pay/hugehead', key);
+    assert.equal(retry.status, 502);
+    assert.equal(header(retry, 'idempotent-replayed'), 'true', 'the upstream ran: its outcome is unknown, stored, never run again');
+    assert.equal(seen.get(key), 1);
+  });
+
+  test('an upstream answer that is not HTTP → a stored 502 that says so', async () => {
+    const key = uniqueKey('garbage');
+    const p = assertProblem(await post(proxy, '/pay/garbage', key), 'upstream-reset', 502);
+    assert.match(p.detail, /the upstream's response is not valid HTTP\/1\.1 \(Response does not match the HTTP\/1\.1 protocol/);
+    const retry = await post(proxy, '/pay/garbage', key);
     assert.equal(header(retry, 'idempotent-replayed'), 'true');
     assert.equal(seen.get(key), 1);
   });
