@@ -1,5 +1,6 @@
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import { constants as h2, type ServerHttp2Stream } from 'node:http2';
+import type { Socket } from 'node:net';
 import { ownHeaderCount } from '../proxy/headers.js';
 import type { StoredResponse } from '../store/records.js';
 import { problemDialect, type Dialect } from './dialects.js';
@@ -30,14 +31,21 @@ export interface ProblemOptions {
 }
 
 /**
- * Cuts a response already under way, so that its client reads it as broken, never as complete: over HTTP/1.1 the
- * connection closes before the body's end; over HTTP/2 the stream is reset with INTERNAL_ERROR. (Destroying an
- * HTTP/2 stream without an error resets it with NO_ERROR, which Node's own client reads as a whole response.)
+ * Cuts a response already under way, so that its client reads it as broken, never as complete. Over HTTP/2 the
+ * stream is reset with INTERNAL_ERROR: destroying it without an error resets it with NO_ERROR, which Node's own
+ * client reads as a whole response. Over HTTP/1.x in clear text the connection is reset (TCP RST), not closed: a
+ * body framed by the connection's close (an HTTP/1.0 client's, without Content-Length) would end as if whole at a
+ * FIN. Over TLS the socket is destroyed without a close_notify, which tells a truncation apart.
  */
 export function cutResponse(res: ServerResponse): void {
   const stream = (res as { stream?: ServerHttp2Stream }).stream;
-  if (stream === undefined) res.destroy();
-  else if (!stream.destroyed) stream.close(h2.NGHTTP2_INTERNAL_ERROR);
+  if (stream !== undefined) {
+    if (!stream.destroyed) stream.close(h2.NGHTTP2_INTERNAL_ERROR);
+    return;
+  }
+  const socket = res.socket as (Socket & { encrypted?: boolean }) | null;
+  if (socket !== null && !socket.destroyed && socket.encrypted !== true) socket.resetAndDestroy();
+  else res.destroy();
 }
 
 /** A proxy-made problem on a response that has not started; one already under way is cut instead. */

@@ -1,6 +1,7 @@
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ServerResponse } from 'node:http';
+import net from 'node:net';
 import { Agent, request } from 'undici';
 import type { RunningProxy } from '../../src/app.js';
 import { createTestDatabase, sql, type TestDatabase } from '../helpers/db.js';
@@ -27,6 +28,9 @@ routes:
   - name: releasing
     match: { path: "/release/**" }
     onUnknownOutcome: release
+  - name: through
+    match: { path: "/through/**" }
+    mode: passthrough
   - name: rest
     match: { path: "/**" }
 `;
@@ -58,6 +62,13 @@ describe('upstream failures', () => {
       }
       if (mode === 'garbage') {
         res.socket!.end('HTTP/1.1 20X Created\r\n\r\n');
+        return;
+      }
+      if (mode === 'halfchunked') {
+        // No Content-Length: to an HTTP/1.0 client the proxy can frame this body only by closing the connection.
+        res.writeHead(200, { 'content-type': 'text/plain' });
+        res.write('only part of it');
+        setTimeout(() => res.socket!.destroy(), 20);
         return;
       }
       if (mode === 'halfbody' && seen.get(key) === 1) {
@@ -197,4 +208,22 @@ describe('upstream failures', () => {
     assert.equal(header(retry, 'idempotent-replayed'), 'true');
     assert.equal(seen.get(key), 1);
   });
+
+  // Node frames a body of unknown length for an HTTP/1.0 client by closing the connection: a FIN would end the cut
+  // body as if it were whole. The proxy resets the connection instead.
+  for (const [name, path] of [['a keyed route', '/pay/halfchunked'], ['a pass-through route', '/through/halfchunked']] as const) {
+    test(`the body breaks off on ${name}, to an HTTP/1.0 client: the connection is reset, never closed as if the body were whole`, async () => {
+      const u = new URL(proxy.url);
+      const socket = net.connect(Number(u.port), u.hostname);
+      let received = '';
+      socket.on('data', (d: Buffer) => { received += d.toString('latin1'); });
+      const how = await new Promise<string>((resolve) => {
+        socket.on('error', (err: NodeJS.ErrnoException) => resolve(`error ${err.code}`));
+        socket.on('end', () => resolve('end (FIN)'));
+        socket.write(`POST ${path} HTTP/1.0\r\nidempotency-key: ${uniqueKey('http10')}\r\ncontent-length: 2\r\n\r\nop`);
+      });
+      socket.destroy();
+      assert.equal(how, 'error ECONNRESET', `a reset, not a clean close (received ${JSON.stringify(received.slice(0, 120))})`);
+    });
+  }
 });
