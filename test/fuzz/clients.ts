@@ -10,7 +10,7 @@ import type { Rng } from './rng.js';
 
 export const MODES = [
   'undici', 'undici', 'h2', 'h2', 'pipelined', 'expect-continue', 'http1.0', 'other-payload',
-  'leave-mid-body', 'leave-after-body', 'leave-mid-response', 'h2-cancel-mid-body', 'h2-cancel-after-body',
+  'leave-mid-body', 'leave-after-body', 'leave-mid-response', 'stall-mid-body', 'h2-cancel-mid-body', 'h2-cancel-after-body',
 ] as const;
 export type Mode = typeof MODES[number] | 'final';
 
@@ -61,6 +61,7 @@ export class Target {
         case 'leave-mid-body':
         case 'leave-after-body':
         case 'leave-mid-response':
+        case 'stall-mid-body':
           return await this.raw(mode, rng, path, headers, body);
         case 'h2-cancel-mid-body':
         case 'h2-cancel-after-body':
@@ -145,14 +146,16 @@ export class Target {
     let head = `POST ${path} HTTP/1.1\r\nhost: fuzz\r\ncontent-length: ${body.length}\r\n`;
     for (const [k, v] of Object.entries(headers)) head += `${k}: ${v}\r\n`;
     const bytes = Buffer.concat([Buffer.from(`${head}\r\n`), body]);
-    const wait = mode === 'leave-mid-body' ? 50 + rng() * 100 : rng() * 400;
+    // stall-mid-body: the body stops one byte short, and the client leaves only after a while.
+    const wait = mode === 'leave-mid-body' ? 50 + rng() * 100 : mode === 'stall-mid-body' ? 500 + rng() * 2500 : rng() * 400;
+    const short = mode === 'leave-mid-body' ? 5 : mode === 'stall-mid-body' ? 1 : 0;
     return new Promise((resolve) => {
       const s = net.connect(Number(port), hostname);
       const gone = (): void => { s.destroy(); resolve({ gone: true }); };
       s.on('error', () => {});
       s.on('close', gone);
       s.on('connect', () => {
-        s.write(mode === 'leave-mid-body' ? bytes.subarray(0, bytes.length - 5) : bytes);
+        s.write(bytes.subarray(0, bytes.length - short));
         if (mode !== 'leave-mid-response') setTimeout(gone, wait);
       });
       if (mode === 'leave-mid-response') s.once('data', gone);

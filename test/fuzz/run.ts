@@ -24,11 +24,24 @@ import { tempDir } from '../helpers/tmp.js';
 import { MODES, Target, type Mode } from './clients.js';
 import { judge, type Heard, type Rules } from './judge.js';
 import { pick, rng, type Rng } from './rng.js';
-import { BEHAVIOURS, ScriptedUpstream, UPSTREAM_TIMEOUT_MS } from './upstream.js';
+import { BEHAVIOURS, ScriptedUpstream, UNKNOWN_OUTCOME, UPSTREAM_TIMEOUT_MS, type Behaviour } from './upstream.js';
 
 const PROFILES = ['', 'stripe', '', 'ietf', 'acp'] as const;
 const STATUSES = [200, 201, 400, 402, 409, 500, 503];
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+// To chase a finding: FUZZ_BEHAVIOURS=early,ok FUZZ_MODES=undici,pipelined; FUZZ_PASSTHROUGH=0.25 (the share of
+// groups sent to the pass-through route, 0 by default).
+const listOf = <T extends string>(v: string | undefined, all: readonly T[], what: string): readonly T[] | null => {
+  if (v === undefined || v === '') return null;
+  const items = v.split(',');
+  const bad = items.filter((x) => !all.includes(x as T));
+  if (bad.length > 0) throw new Error(`${what}: unknown ${bad.join(', ')} (known: ${[...new Set(all)].join(', ')})`);
+  return items as T[];
+};
+const ONLY_BEHAVIOURS = listOf(process.env.FUZZ_BEHAVIOURS, BEHAVIOURS, 'FUZZ_BEHAVIOURS');
+const ONLY_MODES = listOf(process.env.FUZZ_MODES, MODES, 'FUZZ_MODES');
+const PASSTHROUGH_SHARE = Number(process.env.FUZZ_PASSTHROUGH ?? 0);
 
 interface Round {
   readonly seed: number;
@@ -62,6 +75,9 @@ function yamlOf(round: Round, upstream: string, db: string): string {
     '  lease: 30s',
     ...(p === '' ? [`  onInFlight: ${round.onInFlight}`, '  waitTimeout: 10s', '  fingerprint: { headers: [content-type], json: raw }'] : []),
     'routes:',
+    '  - name: open',
+    '    match: { path: /open/** }',
+    '    mode: passthrough',
     '  - name: pay',
     '    match: { methods: [POST], path: /v1/** }',
     '    required: true',
@@ -74,11 +90,19 @@ const rulesOf = (round: Round): Rules => ({
   releases: (s) => s === 401 || s === 403 || s === 429 || (round.profile === 'acp' && s >= 500),
 });
 
-async function group(g: number, r: Rng, round: Round, runId: string, targets: readonly Target[], upstream: ScriptedUpstream): Promise<string[]> {
+/** Each pass-through group's path → its behaviour, to judge what the proxies logged. */
+type Relayed = Map<string, Behaviour>;
+
+async function group(g: number, r: Rng, round: Round, runId: string, targets: readonly Target[], upstream: ScriptedUpstream, relayed: Relayed): Promise<string[]> {
   // Neighbouring groups share a key under two tenants: a key is unique per tenant.
   const tenant = `Bearer sk_${g % 2 ? 'a' : 'b'}`;
   const key = `${runId}-${g >> 1}`;
-  const behaviour = pick(r, BEHAVIOURS);
+  // With FUZZ_PASSTHROUGH, that share of the groups goes to the pass-through route: every duplicate runs, and is
+  // relayed as it comes. Off by default: it finds open problems of the relay (docs/guarantees.md).
+  const passthrough = r() < PASSTHROUGH_SHARE;
+  const path = passthrough ? `/open/${key}` : '/v1/pay';
+  const behaviour = pick(r, ONLY_BEHAVIOURS ?? BEHAVIOURS);
+  if (passthrough) relayed.set(path, behaviour);
   const status = pick(r, STATUSES);
   const pad = behaviour === 'early' ? 'p'.repeat(600_000) : '';
   const body = Buffer.from(JSON.stringify({ key, behaviour, status, pad }));
@@ -91,23 +115,45 @@ async function group(g: number, r: Rng, round: Round, runId: string, targets: re
     'x-fuzz-behaviour': behaviour,
     'x-fuzz-status': String(status),
   };
-  const modes = Array.from({ length: 1 + Math.floor(r() * 6) }, () => pick(r, MODES));
+  const modes = Array.from({ length: 1 + Math.floor(r() * 6) }, () => pick(r, ONLY_MODES ?? MODES));
   const heard: Heard[] = [];
   await Promise.all(modes.map(async (mode) => {
     const target = pick(r, targets);
     // Another payload a moment later, so that it is not the one that claims the key.
     if (mode === 'other-payload') await sleep(50);
-    const o = await target.send(mode, r, '/v1/pay', mode === 'other-payload' ? { ...headers, 'x-fuzz-other': '1' } : headers,
+    const o = await target.send(mode, r, path, mode === 'other-payload' ? { ...headers, 'x-fuzz-other': '1' } : headers,
       mode === 'other-payload' ? other : body);
     for (const outcome of Array.isArray(o) ? o : [o]) heard.push({ mode, outcome });
   }));
   await sleep(300);
   for (let i = 0; i < 2; i++) {
     const mode: Mode = 'final';
-    heard.push({ mode, outcome: await pick(r, targets).send(mode, r, '/v1/pay', headers, body) as Heard['outcome'] });
+    heard.push({ mode, outcome: await pick(r, targets).send(mode, r, path, headers, body) as Heard['outcome'] });
     await sleep(100);
   }
-  return judge(`${tenant}|${key} (${behaviour})`, upstream.of(`${tenant}|${key}`), heard, rulesOf(round));
+  return judge(`${tenant}|${key} (${passthrough ? 'pass-through, ' : ''}${behaviour})`, upstream.of(`${tenant}|${key}`), heard, rulesOf(round), passthrough);
+}
+
+/**
+ * The proxies' logs: no error; and an `upstream_error` on the pass-through route only where the upstream did fail
+ * (a client that leaves is its own doing: `passthrough`, with a detail).
+ */
+function judgeLog(lines: readonly string[], relayed: Relayed): string[] {
+  const findings: string[] = [];
+  for (const line of lines) {
+    let j: { level?: number; outcome?: string; path?: string };
+    try {
+      j = JSON.parse(line) as typeof j;
+    } catch {
+      continue;
+    }
+    if ((j.level ?? 0) >= 50) findings.push(`a proxy logged an error: ${line.slice(0, 400)}`);
+    const behaviour = j.path === undefined ? undefined : relayed.get(j.path);
+    if (j.outcome === 'upstream_error' && behaviour !== undefined && !UNKNOWN_OUTCOME.has(behaviour)) {
+      findings.push(`upstream_error logged for a pass-through request whose upstream did not fail (${behaviour}): ${line.slice(0, 400)}`);
+    }
+  }
+  return findings;
 }
 
 async function runRound(round: Round, groups: number, parallel: number): Promise<string[]> {
@@ -127,17 +173,12 @@ async function runRound(round: Round, groups: number, parallel: number): Promise
       targets.push(new Target(p.url));
     }
     const runId = `fz${round.seed}-${Date.now().toString(36)}`;
+    const relayed: Relayed = new Map();
     let next = 0;
     await Promise.all(Array.from({ length: parallel }, async () => {
-      while (next < groups) findings.push(...await group(next++, r, round, runId, targets, upstream));
+      while (next < groups) findings.push(...await group(next++, r, round, runId, targets, upstream, relayed));
     }));
-    for (const p of proxies) {
-      for (const line of p.lines) {
-        try {
-          if ((JSON.parse(line) as { level?: number }).level! >= 50) findings.push(`a proxy logged an error: ${line.slice(0, 400)}`);
-        } catch { /* not JSON */ }
-      }
-    }
+    for (const p of proxies) findings.push(...judgeLog(p.lines, relayed));
   } finally {
     await Promise.all(targets.map((t) => t.close()));
     await Promise.all(proxies.map((p) => p.stop()));
