@@ -35,6 +35,20 @@ export interface RelaySink<T> {
   end(opaque: T, error: UpstreamError | null, clientLeft: false | 'request' | 'response'): void;
 }
 
+/**
+ * The upstream answers before it has read the whole request body (an early 413 or 401, say). Undici will stop
+ * sending the body and destroy the client's request stream, detached from its socket first (its util.destroy), so
+ * Node neither reads the rest of the body nor closes the connection: the HTTP parser pushes each further chunk into
+ * the destroyed request and stops reading. The client could never finish its body, and its next request on that
+ * keep-alive connection would never be parsed. So the response says `Connection: close`: the client opens a new
+ * connection for its next request, and Node closes this one once the response is sent. (Over HTTP/2 destroying the
+ * request resets its stream alone, and the session goes on. A request the upstream read whole before it answered is
+ * complete by then, and untouched.)
+ */
+function answeredEarly(upload: IncomingMessage, headers: string[]): void {
+  if (upload.httpVersionMajor === 1) headers.push('connection', 'close');
+}
+
 class ClientGone extends Error {
   constructor() {
     super('the client closed the connection');
@@ -123,6 +137,7 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
       this.clientLeft();
       return false;
     }
+    if (this.upload !== null && !this.upload.complete) answeredEarly(this.upload, headers);
     res.writeHead(statusCode, headers);
     this.started = true;
     this.watchClient();

@@ -8,6 +8,7 @@ import { startTestProxy } from '../helpers/proxy.js';
 import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { captureLogger, requestLine as findRequestLine, repeatedSha256 } from './support.js';
 import { readRawResponse } from '../helpers/raw-http.js';
+import { Agent, request } from 'undici';
 import { sleep, waitFor } from '../helpers/wait.js';
 
 // The pass-through relay (src/proxy/relay.ts) hands the upstream's raw
@@ -145,5 +146,46 @@ describe('pass-through relay', () => {
     const again = await fetch(`${proxy.url}/files/headers`);
     assert.equal(again.status, 200);
     await again.arrayBuffer();
+  });
+});
+
+describe('an upstream that answers before it has read the request body', () => {
+  // Undici stops sending the body and destroys the client's request stream; the rest of the body would stay
+  // unread on the client's keep-alive connection, and its next request there would never be parsed
+  // (src/proxy/relay-handler.ts, answeredEarly).
+  let db: TestDatabase;
+  let early: http.Server;
+  let proxy: RunningProxy;
+  before(async () => {
+    db = await createTestDatabase();
+    early = http.createServer((_req, res) => {
+      res.writeHead(413, { 'content-type': 'text/plain' });
+      res.end('too large');
+    });
+    await new Promise<void>((r) => early.listen(0, '127.0.0.1', r));
+    proxy = await startTestProxy({ upstream: `http://127.0.0.1:${(early.address() as net.AddressInfo).port}`, databaseUrl: db.url, yaml });
+  });
+  after(async () => {
+    await proxy.close();
+    early.closeAllConnections();
+    await new Promise((r) => early.close(r));
+    await db.drop();
+  });
+
+  test("each of the client's next requests is answered (a connection still receiving its body is closed after the answer)", async () => {
+    // One connection at a time: a stalled connection would hold the next request until its headers timeout. (When
+    // the whole body had arrived before the answer started, the connection is kept: there is nothing to stall.)
+    const agent = new Agent({ connections: 1 });
+    try {
+      for (let i = 0; i < 6; i++) {
+        const r = await request(`${proxy.url}/files/upload-${i}`, {
+          method: 'POST', body: Buffer.alloc(2 * 1024 * 1024, 1), dispatcher: agent, headersTimeout: 5000, bodyTimeout: 5000,
+        });
+        assert.equal(await r.body.text(), 'too large');
+        assert.equal(r.statusCode, 413);
+      }
+    } finally {
+      await agent.close();
+    }
   });
 });
