@@ -28,7 +28,10 @@ export class Target {
   private readonly pools: Pool[] = [];
 
   constructor(readonly url: string) {
-    this.session = http2.connect(url);
+    // Node's HTTP/2 client keeps counting the body bytes it could not send on a stream the server answered early
+    // and closed; past its maxSessionMemory (10 MB by default) it refuses its own new streams with
+    // ENHANCE_YOUR_CALM. That is the client's limit, not the proxy's: room for a whole run.
+    this.session = http2.connect(url, { maxSessionMemory: 1024 });
     this.session.on('error', () => {});
   }
 
