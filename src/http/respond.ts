@@ -35,7 +35,7 @@ export interface ProblemOptions {
  * stream is reset with INTERNAL_ERROR: destroying it without an error resets it with NO_ERROR, which Node's own
  * client reads as a whole response. Over HTTP/1.x in clear text the connection is reset (TCP RST), not closed: a
  * body framed by the connection's close (an HTTP/1.0 client's, without Content-Length) would end as if whole at a
- * FIN. Over TLS the socket is destroyed without a close_notify, which tells a truncation apart.
+ * FIN. Over TLS the socket is destroyed without a close_notify, which a careful client reads as a truncation.
  */
 export function cutResponse(res: ServerResponse): void {
   const stream = (res as { stream?: ServerHttp2Stream }).stream;

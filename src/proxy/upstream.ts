@@ -36,7 +36,7 @@ export function classify(err: unknown): UpstreamError {
   if (code !== undefined && TIMEOUTS.has(code)) return new UpstreamError('timeout', `upstream timed out (${code})`, { cause: err });
   // The upstream answered, but with something the proxy cannot read: its handler ran, so the outcome is as unknown as after a reset.
   if (code === 'UND_ERR_HEADERS_OVERFLOW') {
-    return new UpstreamError('reset', `the upstream's response header section is larger than the proxy reads (${MAX_HEADER_BYTES} bytes) (${code})`, { cause: err });
+    return new UpstreamError('reset', `the upstream's response header section is larger than the ${MAX_HEADER_BYTES} bytes the proxy reads (${code})`, { cause: err });
   }
   if ((err as Error | null)?.name === 'HTTPParserError') {
     return new UpstreamError('reset', `the upstream's response is not valid HTTP/1.1 (${e.message ?? code})`, { cause: err });

@@ -193,7 +193,7 @@ describe('upstream failures', () => {
     }
     const key = uniqueKey('hugehead');
     const p = assertProblem(await post(proxy, '/pay/hugehead', key), 'upstream-reset', 502);
-    assert.match(p.detail, /response header section is larger than the proxy reads \(32768 bytes\)/);
+    assert.match(p.detail, /response header section is larger than the 32768 bytes the proxy reads \(UND_ERR_HEADERS_OVERFLOW\)/);
     const retry = await post(proxy, '/pay/hugehead', key);
     assert.equal(retry.status, 502);
     assert.equal(header(retry, 'idempotent-replayed'), 'true', 'the upstream ran: its outcome is unknown, stored, never run again');
