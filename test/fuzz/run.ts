@@ -121,14 +121,15 @@ async function group(g: number, r: Rng, round: Round, runId: string, targets: re
     const target = pick(r, targets);
     // Another payload a moment later, so that it is not the one that claims the key.
     if (mode === 'other-payload') await sleep(50);
-    const o = await target.send(mode, r, path, mode === 'other-payload' ? { ...headers, 'x-fuzz-other': '1' } : headers,
+    // On the pass-through route the path names the client's mode too, so that the proxies' log lines can be judged.
+    const o = await target.send(mode, r, passthrough ? `${path}/${mode}` : path, mode === 'other-payload' ? { ...headers, 'x-fuzz-other': '1' } : headers,
       mode === 'other-payload' ? other : body);
     for (const outcome of Array.isArray(o) ? o : [o]) heard.push({ mode, outcome });
   }));
   await sleep(300);
   for (let i = 0; i < 2; i++) {
     const mode: Mode = 'final';
-    heard.push({ mode, outcome: await pick(r, targets).send(mode, r, path, headers, body) as Heard['outcome'] });
+    heard.push({ mode, outcome: await pick(r, targets).send(mode, r, passthrough ? `${path}/${mode}` : path, headers, body) as Heard['outcome'] });
     await sleep(100);
   }
   return judge(`${tenant}|${key} (${passthrough ? 'pass-through, ' : ''}${behaviour})`, upstream.of(`${tenant}|${key}`), heard, rulesOf(round), passthrough);
@@ -148,9 +149,10 @@ function judgeLog(lines: readonly string[], relayed: Relayed): string[] {
       continue;
     }
     if ((j.level ?? 0) >= 50) findings.push(`a proxy logged an error: ${line.slice(0, 400)}`);
-    const behaviour = j.path === undefined ? undefined : relayed.get(j.path);
+    const slash = j.path?.lastIndexOf('/') ?? -1;
+    const behaviour = slash < 0 ? undefined : relayed.get(j.path!.slice(0, slash));
     if (j.outcome === 'upstream_error' && behaviour !== undefined && !UNKNOWN_OUTCOME.has(behaviour)) {
-      findings.push(`upstream_error logged for a pass-through request whose upstream did not fail (${behaviour}): ${line.slice(0, 400)}`);
+      findings.push(`upstream_error logged for a pass-through request whose upstream did not fail (${behaviour}, client ${j.path!.slice(slash + 1)}): ${line.slice(0, 400)}`);
     }
   }
   return findings;
