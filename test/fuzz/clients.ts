@@ -22,6 +22,13 @@ export interface Answer {
 
 export type Outcome = { answer: Answer } | { gone: true } | { error: Error & { code?: string } };
 
+/** A POST's bytes as a raw socket sends them. */
+function rawRequest(version: '1.0' | '1.1', path: string, headers: Record<string, string>, body: Buffer): Buffer {
+  let head = `POST ${path} HTTP/${version}\r\nhost: fuzz\r\ncontent-length: ${body.length}\r\n`;
+  for (const [k, v] of Object.entries(headers)) head += `${k}: ${v}\r\n`;
+  return Buffer.concat([Buffer.from(`${head}\r\n`), body]);
+}
+
 /** One proxy instance as the clients reach it. */
 export class Target {
   readonly session: http2.ClientHttp2Session;
@@ -113,8 +120,6 @@ export class Target {
   /** HTTP/1.0 on a raw socket: a body without Content-Length ends where the connection closes. */
   private http10(path: string, headers: Record<string, string>, body: Buffer): Promise<Answer> {
     const { hostname, port } = new URL(this.url);
-    let head = `POST ${path} HTTP/1.0\r\nhost: fuzz\r\ncontent-length: ${body.length}\r\n`;
-    for (const [k, v] of Object.entries(headers)) head += `${k}: ${v}\r\n`;
     return new Promise((resolve, reject) => {
       const s = net.connect(Number(port), hostname);
       const chunks: Buffer[] = [];
@@ -139,16 +144,14 @@ export class Target {
         }
         resolve({ status: Number(statusLine!.split(' ')[1]), headers: answerHeaders, body: answerBody });
       });
-      s.write(Buffer.concat([Buffer.from(`${head}\r\n`), body]));
+      s.write(rawRequest('1.0', path, headers, body));
     });
   }
 
   /** HTTP/1.1 on a raw socket, left at some point. */
   private raw(mode: Mode, rng: Rng, path: string, headers: Record<string, string>, body: Buffer): Promise<Outcome> {
     const { hostname, port } = new URL(this.url);
-    let head = `POST ${path} HTTP/1.1\r\nhost: fuzz\r\ncontent-length: ${body.length}\r\n`;
-    for (const [k, v] of Object.entries(headers)) head += `${k}: ${v}\r\n`;
-    const bytes = Buffer.concat([Buffer.from(`${head}\r\n`), body]);
+    const bytes = rawRequest('1.1', path, headers, body);
     // stall-mid-body: the body stops one byte short, and the client leaves only after a while.
     const wait = mode === 'leave-mid-body' ? 50 + rng() * 100 : mode === 'stall-mid-body' ? 500 + rng() * 2500 : rng() * 400;
     const short = mode === 'leave-mid-body' ? 5 : mode === 'stall-mid-body' ? 1 : 0;

@@ -115,21 +115,22 @@ async function group(g: number, r: Rng, round: Round, runId: string, targets: re
     'x-fuzz-behaviour': behaviour,
     'x-fuzz-status': String(status),
   };
+  // On the pass-through route the path names the client's mode too, so that the proxies' log lines can be judged.
+  const pathFor = (mode: Mode): string => (passthrough ? `${path}/${mode}` : path);
   const modes = Array.from({ length: 1 + Math.floor(r() * 6) }, () => pick(r, ONLY_MODES ?? MODES));
   const heard: Heard[] = [];
   await Promise.all(modes.map(async (mode) => {
     const target = pick(r, targets);
     // Another payload a moment later, so that it is not the one that claims the key.
     if (mode === 'other-payload') await sleep(50);
-    // On the pass-through route the path names the client's mode too, so that the proxies' log lines can be judged.
-    const o = await target.send(mode, r, passthrough ? `${path}/${mode}` : path, mode === 'other-payload' ? { ...headers, 'x-fuzz-other': '1' } : headers,
+    const o = await target.send(mode, r, pathFor(mode), mode === 'other-payload' ? { ...headers, 'x-fuzz-other': '1' } : headers,
       mode === 'other-payload' ? other : body);
     for (const outcome of Array.isArray(o) ? o : [o]) heard.push({ mode, outcome });
   }));
   await sleep(300);
   for (let i = 0; i < 2; i++) {
     const mode: Mode = 'final';
-    heard.push({ mode, outcome: await pick(r, targets).send(mode, r, passthrough ? `${path}/${mode}` : path, headers, body) as Heard['outcome'] });
+    heard.push({ mode, outcome: await pick(r, targets).send(mode, r, pathFor(mode), headers, body) as Heard['outcome'] });
     await sleep(100);
   }
   return judge(`${tenant}|${key} (${passthrough ? 'pass-through, ' : ''}${behaviour})`, upstream.of(`${tenant}|${key}`), heard, rulesOf(round), passthrough);
