@@ -30,8 +30,8 @@ const PROFILES = ['', 'stripe', '', 'ietf', 'acp'] as const;
 const STATUSES = [200, 201, 400, 402, 409, 500, 503];
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-// To chase a finding: FUZZ_BEHAVIOURS=early,ok FUZZ_MODES=undici,pipelined; FUZZ_PASSTHROUGH=0.25 (the share of
-// groups sent to the pass-through route, 0 by default).
+// To chase a finding: FUZZ_BEHAVIOURS=early,ok FUZZ_MODES=undici,pipelined; FUZZ_PASSTHROUGH=1 (the share of
+// groups sent to the pass-through route, a quarter by default; 0 for none).
 const listOf = <T extends string>(v: string | undefined, all: readonly T[], what: string): readonly T[] | null => {
   if (v === undefined || v === '') return null;
   const items = v.split(',');
@@ -41,7 +41,10 @@ const listOf = <T extends string>(v: string | undefined, all: readonly T[], what
 };
 const ONLY_BEHAVIOURS = listOf(process.env.FUZZ_BEHAVIOURS, BEHAVIOURS, 'FUZZ_BEHAVIOURS');
 const ONLY_MODES = listOf(process.env.FUZZ_MODES, MODES, 'FUZZ_MODES');
-const PASSTHROUGH_SHARE = Number(process.env.FUZZ_PASSTHROUGH ?? 0);
+const PASSTHROUGH_SHARE = Number(process.env.FUZZ_PASSTHROUGH || 0.25);
+if (!(PASSTHROUGH_SHARE >= 0 && PASSTHROUGH_SHARE <= 1)) {
+  throw new Error(`FUZZ_PASSTHROUGH: ${process.env.FUZZ_PASSTHROUGH} is not a share from 0 to 1`);
+}
 
 interface Round {
   readonly seed: number;
@@ -97,10 +100,11 @@ async function group(g: number, r: Rng, round: Round, runId: string, targets: re
   // Neighbouring groups share a key under two tenants: a key is unique per tenant.
   const tenant = `Bearer sk_${g % 2 ? 'a' : 'b'}`;
   const key = `${runId}-${g >> 1}`;
-  // With FUZZ_PASSTHROUGH, that share of the groups goes to the pass-through route: every duplicate runs, and is
-  // relayed as it comes. Off by default: it finds open problems of the relay (docs/guarantees.md).
+  // FUZZ_PASSTHROUGH's share of the groups (a quarter by default) goes to the pass-through route: every duplicate
+  // runs, and is relayed as it comes.
   const passthrough = r() < PASSTHROUGH_SHARE;
-  const path = passthrough ? `/open/${key}` : '/v1/pay';
+  // Its own path per group (neighbours share a key, not a path), so that each log line is judged by its own behaviour.
+  const path = passthrough ? `/open/${runId}-g${g}` : '/v1/pay';
   const behaviour = pick(r, ONLY_BEHAVIOURS ?? BEHAVIOURS);
   if (passthrough) relayed.set(path, behaviour);
   const status = pick(r, STATUSES);
