@@ -2,7 +2,7 @@ import type { DestinationStream } from 'pino';
 import type { Config } from './config/types.js';
 import { createAdminHandler } from './http/admin.js';
 import { isLoopbackHost } from './http/admin-keys.js';
-import { listen, type Listener, type ServerTimeouts } from './http/server.js';
+import { DEFAULT_SERVER_TIMEOUTS, listen, type Listener, type ServerTimeouts } from './http/server.js';
 import { createHandler } from './lifecycle/handler.js';
 import { MemoryBudget } from './lifecycle/budget.js';
 import { Plans } from './lifecycle/plan.js';
@@ -153,6 +153,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     const deps: LifecycleDeps = {
       get plans() { return live.plans; },
       store, cache, upstream, logger, metrics, waiters: new Waiters(), budget, storeHealth: new StoreHealth(), tracing: tracing?.tracing ?? null, giveBacks,
+      sendTimeoutMs: opts.serverTimeouts?.sendTimeoutMs ?? DEFAULT_SERVER_TIMEOUTS.sendTimeoutMs,
     };
     const handler = createHandler(deps);
     const sweeper = startSweeper(db, {

@@ -32,9 +32,16 @@ export interface ServerTimeouts {
   /** Time a client has to send the whole request, body included (slow-loris bodies → 408). */
   readonly requestTimeoutMs: number;
   readonly keepAliveTimeoutMs: number;
+  /**
+   * Time a client may read nothing of a response whose upstream it holds back (a slow reader) before the proxy
+   * cuts it off (src/proxy/slow-client.ts), like nginx's send_timeout. Read by the lifecycle, not by the server.
+   */
+  readonly sendTimeoutMs: number;
 }
 
-export const DEFAULT_SERVER_TIMEOUTS: ServerTimeouts = { headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, keepAliveTimeoutMs: 65_000 };
+export const DEFAULT_SERVER_TIMEOUTS: ServerTimeouts = {
+  headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, keepAliveTimeoutMs: 65_000, sendTimeoutMs: 60_000,
+};
 
 /**
  * A reverse proxy is no tunnel: CONNECT gets a 405 and the connection closes

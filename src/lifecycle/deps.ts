@@ -28,4 +28,6 @@ export interface LifecycleDeps {
   readonly tracing: RequestTracing | null;
   /** Keys given back once the store answers again (src/lifecycle/give-back.ts). */
   readonly giveBacks: GiveBacks;
+  /** How long a client may read nothing of a response it holds the upstream back for (src/proxy/slow-client.ts). */
+  readonly sendTimeoutMs: number;
 }

@@ -28,7 +28,7 @@ export function createHandler(deps: LifecycleDeps): Handler {
     finished(ctx);
     if (ctx.span !== null) tracing.end(ctx);
   };
-  const passSink = passThroughSink(finish);
+  const passSink = passThroughSink(finish, deps.sendTimeoutMs);
 
   const failed = (ctx: RequestContext, err: unknown): void => {
     answerFault(deps, ctx, err);

@@ -15,7 +15,7 @@ import type { LifecycleDeps } from './deps.js';
 export type PassThroughSink = RelaySink<RequestContext>;
 
 /** What a pass-through reports to `done` (once per request): outcome, status, detail and upstream time on the context. */
-export function passThroughSink(done: (ctx: RequestContext) => void): PassThroughSink {
+export function passThroughSink(done: (ctx: RequestContext) => void, sendTimeoutMs: number): PassThroughSink {
   return {
     head: (ctx, statusCode) => {
       ctx.status = statusCode;
@@ -26,7 +26,9 @@ export function passThroughSink(done: (ctx: RequestContext) => void): PassThroug
         // Not an upstream failure, and not counted as one.
         ctx.detail = clientLeft === 'response'
           ? 'the client closed the connection before the response was complete'
-          : 'the client closed the connection before its request was complete';
+          : clientLeft === 'unread'
+            ? `the client read nothing of the response for ${sendTimeoutMs} ms: the proxy cut it off`
+            : 'the client closed the connection before its request was complete';
       } else if (e !== null) {
         ctx.outcome = 'upstream_error';
         ctx.detail = e.message;
@@ -48,10 +50,10 @@ export function passThrough(deps: LifecycleDeps, ctx: RequestContext, body: Buff
     source = req;
   }
   ctx.upstreamStart = performance.now();
-  relayUpstream(deps.upstream, req, source, ctx.res, sink, ctx);
+  relayUpstream(deps.upstream, req, source, ctx.res, sink, ctx, deps.sendTimeoutMs);
 }
 
 /** passThrough for the async phases (unkeyed, shadow, store-error requests). */
 export function passThroughAsync(deps: LifecycleDeps, ctx: RequestContext, body: Buffer): Promise<void> {
-  return new Promise((resolve) => passThrough(deps, ctx, body, passThroughSink(() => resolve())));
+  return new Promise((resolve) => passThrough(deps, ctx, body, passThroughSink(() => resolve(), deps.sendTimeoutMs)));
 }

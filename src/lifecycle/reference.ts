@@ -25,7 +25,7 @@ export async function replayReference(
 ): Promise<ProblemVerdict | null> {
   const span = ctx.span === null ? null : deps.tracing!.child(ctx, 'reference');
   const got = await relayReference(deps.upstream, path, ctx.req.headers, credentialHeaders(ctx.plan!.policy.tenant), ctx.requestId, ctx.res,
-    (current) => ({ status: stored.status, headers: referenceReplayHead(dialect, stored, ctx.requestId, ctx.key, echo, current) }));
+    (current) => ({ status: stored.status, headers: referenceReplayHead(dialect, stored, ctx.requestId, ctx.key, echo, current) }), deps.sendTimeoutMs);
   if (span !== null) endChild(span, got.kind === 'failed' || got.kind === 'cut' ? got.error : undefined);
   const extra = { originalStatus: stored.status };
   switch (got.kind) {
@@ -33,7 +33,11 @@ export async function replayReference(
     case 'client_left':
       ctx.outcome = 'replayed';
       ctx.status = stored.status;
-      if (got.kind === 'client_left') ctx.detail = 'the client left during the reference replay';
+      if (got.kind === 'client_left') {
+        ctx.detail = got.unread
+          ? `the client read nothing of the reference replay for ${deps.sendTimeoutMs} ms: the proxy cut it off`
+          : 'the client left during the reference replay';
+      }
       return null;
     case 'cut':
       // The current body broke off after the status line went out: the client sees a cut response, never a short one as complete.

@@ -4,16 +4,20 @@ import type { UpstreamError } from '../errors.js';
 import { dispatch } from './forward.js';
 import { clientResponseHeadersRaw } from './headers.js';
 import { RelayHandler, type RelaySink } from './relay-handler.js';
+import { holdForClient } from './slow-client.js';
 import { classify, cutOff, droppedUnsent, noConnectionInTime, type Upstream } from './upstream.js';
 
 // The record handler: an undici dispatch handler for a request that owns its
 // key. The answer streams to the client as it arrives while its body is
 // collected for the record (up to a limit), and its last chunk is held back:
 // the Recorder ends the client's response, after the commit. A client that
-// leaves changes nothing: the exchange runs to its end. upstream.timeout
-// bounds the whole exchange with a timer of the proxy's own, armed when the
-// request is handed to undici, so the wait for a free connection counts too:
-// a request still waiting when it runs out is never sent (not_sent, the key
+// leaves changes nothing: the exchange runs to its end. A client that reads
+// slower than the upstream sends holds the upstream back (backpressure); one
+// that reads nothing for sendTimeoutMs is cut off, and counts as gone
+// (slow-client.ts). upstream.timeout bounds the whole exchange, but for the
+// time a slow client holds it back, with a timer of the proxy's own, armed
+// when the request is handed to undici, so the wait for a free connection
+// counts too: a request still waiting when it runs out is never sent (not_sent, the key
 // released), and is dropped when its connection comes. Undici's headers and
 // body timeouts, on its coarse clock, are only a backstop. An answer the
 // recorder does not record (a releaseOn status) waits,
@@ -38,6 +42,8 @@ export interface Recording {
   readonly last: Buffer | null;
   /** The collected body (empty if it was not retained). */
   body(): Buffer;
+  /** The proxy cut the client's response: the client read nothing of it for sendTimeoutMs (the exchange went on). */
+  readonly unread: boolean;
   /** After head() answered false: streams the rest unrecorded; the handler ends the client's response. */
   proceed(): void;
   /** Within head() only: one more header line for the client (an echoKey route's Idempotency-Key). */
@@ -65,8 +71,12 @@ export interface Recorder {
 export interface RecordOptions {
   /** Body bytes kept for the record (maxStoredResponseBytes). */
   readonly limit: number;
-  /** upstream.timeout: the whole exchange. */
+  /** upstream.timeout: the whole exchange, but for the time a slow client holds the upstream back. */
   readonly timeoutMs: number;
+  /** performance.now() when the exchange began: upstream.timeout counts from it. */
+  readonly startedAt: number;
+  /** How long a client may read nothing of its response (while the upstream is held back) before it is cut off. */
+  readonly sendTimeoutMs: number;
   /** Headers the proxy adds to the upstream request, [name, value, …]. */
   readonly extraHeaders?: readonly string[] | null;
   /** Where the collected body is counted (limits.maxBufferedBytes). */
@@ -75,10 +85,11 @@ export interface RecordOptions {
 
 const EMPTY = Buffer.alloc(0);
 
-/** After proceed(): the relay's one report ends the recorded exchange. */
+/** After proceed(): the relay's one report ends the recorded exchange; its holds stop upstream.timeout too. */
 const RELAYED: RelaySink<RecordHandler> = {
   head: () => {},
   end: (h, error) => h.relayEnded(error),
+  held: (h, holding) => (holding ? h.holdStart() : h.holdEnd(false)),
 };
 
 function timedOut(h: RecordHandler): void {
@@ -93,14 +104,20 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
   size = 0;
   buffered = 0;
   last: Buffer | null = null;
+  unread = false;
   readonly timeoutMs: number;
+  private readonly sendTimeoutMs: number;
+  /** When upstream.timeout runs out, but for the time the client held the upstream back. */
+  private deadline: number;
+  /** While the client holds the upstream back with upstream.timeout stopped: the time it had left; else -1. */
+  private left = -1;
   private readonly budget: RecordOptions['budget'];
   private readonly limit: number;
   private written = false;
   private abort: ((err?: Error) => void) | null = null;
   private chunks: Buffer[] | null = null; // the body so far, null once past the limit
   private resume: (() => void) | null = null;
-  private unpause: (() => void) | null = null;
+  private unpause: ((unread: boolean) => void) | null = null;
   private ended = false;
   private paused = false; // waiting for the recorder's proceed()
   private failure: Error | null = null; // an error that arrived while paused
@@ -109,6 +126,8 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
   constructor(private readonly res: ServerResponse, private readonly recorder: Recorder, opts: RecordOptions) {
     this.limit = opts.limit;
     this.timeoutMs = opts.timeoutMs;
+    this.sendTimeoutMs = opts.sendTimeoutMs;
+    this.deadline = opts.startedAt + opts.timeoutMs;
     this.budget = opts.budget ?? null;
     // The whole exchange's bound, from the dispatch on: the wait for a connection, then the request and the
     // answer. Not undici's headers timeout: it starts only once the request is written, and runs on undici's
@@ -181,7 +200,7 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
       return;
     }
     if (this.ended) return;
-    const relay = (this.relay = new RelayHandler(this.res, RELAYED, this));
+    const relay = (this.relay = new RelayHandler(this.res, RELAYED, this, this.sendTimeoutMs));
     relay.onConnect(this.abort!);
     let relayed: boolean;
     try {
@@ -218,13 +237,33 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
     this.last = chunk;
     const res = this.res;
     if (prev === null || res.destroyed || res.write(prev)) return true;
-    // Wait for the client to drain, or to leave (then the rest is only recorded).
-    const unpause = (this.unpause ??= () => {
-      res.off('drain', unpause).off('close', unpause);
+    // Wait for the client to drain, or to leave (then the rest is only recorded); cut it if it reads nothing.
+    this.holdStart();
+    holdForClient(res, this.sendTimeoutMs, (this.unpause ??= (unread) => {
+      this.holdEnd(unread);
       if (!this.ended) this.resume!();
-    });
-    res.on('drain', unpause).on('close', unpause);
+    }));
     return false;
+  }
+
+  /** The client holds the upstream back: the wait is not the upstream's, upstream.timeout stops. */
+  holdStart(): void {
+    const timer = this.timer;
+    if (timer === null || this.ended) return;
+    clearTimeout(timer);
+    this.timer = null;
+    this.left = Math.max(0, this.deadline - performance.now());
+  }
+
+  /** The client drained, left, or was cut off for reading nothing: upstream.timeout runs on with the time it had left. */
+  holdEnd(unread: boolean): void {
+    if (unread) this.unread = true;
+    const left = this.left;
+    if (left < 0) return;
+    this.left = -1;
+    if (this.ended) return;
+    this.deadline = performance.now() + left;
+    this.timer = setTimeout(timedOut, left, this);
   }
 
   onComplete(): void {

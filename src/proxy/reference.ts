@@ -3,7 +3,7 @@ import type { Dispatcher } from 'undici';
 import type { TenantSource } from '../config/types.js';
 import type { StoredResponse } from '../store/records.js';
 import { REFERENCE_RECORD_HEADER, reservedEntry } from './headers.js';
-import { RelayHandler, type RelaySink } from './relay-handler.js';
+import { RelayHandler, type ClientLeft, type RelaySink } from './relay-handler.js';
 import { classify, cutOff, droppedUnsent, noConnectionInTime, type Upstream, type UpstreamError } from './upstream.js';
 
 // Reference records (`record: reference`, docs/storage.md, Record kinds): a
@@ -72,7 +72,7 @@ export function credentialHeaders(tenant: TenantSource): readonly string[] {
 /** How GET <reference> ended: its 2xx answer relayed (or cut, or the client left), another status (its body discarded), or no answer. */
 export type Fetched =
   | { readonly kind: 'relayed' }
-  | { readonly kind: 'client_left' }
+  | { readonly kind: 'client_left'; readonly unread: boolean }
   | { readonly kind: 'cut'; readonly error: UpstreamError }
   | { readonly kind: 'status'; readonly status: number }
   | { readonly kind: 'failed'; readonly error: UpstreamError };
@@ -103,7 +103,7 @@ class ReferenceHandler implements Dispatcher.DispatchHandler, RelaySink<null> {
 
   constructor(
     private readonly res: ServerResponse, private readonly replayHead: ReferenceHead, private readonly done: (f: Fetched) => void,
-    private readonly timeoutMs: number,
+    private readonly timeoutMs: number, private readonly sendTimeoutMs: number,
   ) {
     this.timer = setTimeout(timedOut, timeoutMs, this);
   }
@@ -136,7 +136,7 @@ class ReferenceHandler implements Dispatcher.DispatchHandler, RelaySink<null> {
       return true;
     }
     const h = this.replayHead(rawHeaders);
-    const relay = (this.relay = new RelayHandler(this.res, this, null));
+    const relay = (this.relay = new RelayHandler(this.res, this, null, this.sendTimeoutMs));
     relay.onConnect(this.abort!);
     return relay.start(h.status, h.headers, resume);
   }
@@ -160,8 +160,8 @@ class ReferenceHandler implements Dispatcher.DispatchHandler, RelaySink<null> {
   // RelaySink: the relayed answer ended.
   head(): void {}
 
-  end(_: null, error: UpstreamError | null, clientLeft: false | 'request' | 'response'): void {
-    this.done(error !== null ? { kind: 'cut', error } : clientLeft ? { kind: 'client_left' } : { kind: 'relayed' });
+  end(_: null, error: UpstreamError | null, clientLeft: ClientLeft): void {
+    this.done(error !== null ? { kind: 'cut', error } : clientLeft ? { kind: 'client_left', unread: clientLeft === 'unread' } : { kind: 'relayed' });
   }
 }
 
@@ -175,7 +175,7 @@ class ReferenceHandler implements Dispatcher.DispatchHandler, RelaySink<null> {
  */
 export function relayReference(
   upstream: Upstream, path: string, req: IncomingHttpHeaders, credentials: readonly string[], requestId: string,
-  res: ServerResponse, head: ReferenceHead,
+  res: ServerResponse, head: ReferenceHead, sendTimeoutMs: number,
 ): Promise<Fetched> {
   const headers: string[] = ['x-request-id', requestId];
   for (const name of credentials) {
@@ -185,7 +185,7 @@ export function relayReference(
   const accept = req.accept;
   if (accept !== undefined) headers.push('accept', accept);
   return new Promise<Fetched>((resolve) => {
-    const handler = new ReferenceHandler(res, head, resolve, upstream.timeoutMs);
+    const handler = new ReferenceHandler(res, head, resolve, upstream.timeoutMs, sendTimeoutMs);
     try {
       upstream.pool.dispatch({ origin: upstream.origin, path, method: 'GET', headers }, handler);
     } catch (err) {

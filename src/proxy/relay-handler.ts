@@ -4,13 +4,16 @@ import type { UpstreamError } from '../errors.js';
 import { cutResponse } from '../http/respond.js';
 import { dispatch } from './forward.js';
 import { clientResponseHeadersRaw } from './headers.js';
+import { holdForClient } from './slow-client.js';
 import { classify, droppedUnsent, noConnectionInTime, type Upstream } from './upstream.js';
 
 // The relay handler: an undici dispatch handler that writes the upstream's
 // answer straight into the client's response as it arrives. Nothing sits in
 // between: the raw header lines go to writeHead, body chunks to res.write
 // with backpressure from a slow client to the upstream; no body stream, no
-// async iteration, no promise. A client that leaves aborts the exchange.
+// async iteration, no promise. A client that leaves aborts the exchange, and
+// so does one that reads nothing for sendTimeoutMs: its response is cut
+// (slow-client.ts), so it cannot hold an upstream connection for ever.
 // Bounded by undici's headers and body timeouts (upstream.timeout each; the
 // body timeout is an idle timeout) once written; before that, a request that
 // waits for a connection (every one of upstream.connections busy) waits at
@@ -22,17 +25,24 @@ import { classify, droppedUnsent, noConnectionInTime, type Upstream } from './up
 // is never run behind its back). The record handler (record-handler.ts)
 // hands the rest of an exchange to one of these after a release.
 
+/**
+ * How a client ended an exchange before it was over: it closed its connection before the response was complete
+ * ('response'), broke off the request body being streamed to the upstream ('request'), or read nothing of the
+ * response for sendTimeoutMs and was cut off by the proxy ('unread').
+ */
+export type ClientLeft = false | 'request' | 'response' | 'unread';
+
 export interface RelaySink<T> {
   /** The upstream's final status line arrived (before anything is written to the client). */
   head(opaque: T, statusCode: number): void;
   /**
    * Called once. `error`: the upstream failed (if the status line had already
    * gone to the client, the response is cut off: `res.headersSent` tells).
-   * `clientLeft`: the client closed its connection before the response was
-   * complete ('response'), or broke off the request body being streamed to
-   * the upstream ('request'); the upstream exchange is abandoned.
+   * `clientLeft`: the client ended it (ClientLeft); the upstream exchange is abandoned.
    */
-  end(opaque: T, error: UpstreamError | null, clientLeft: false | 'request' | 'response'): void;
+  end(opaque: T, error: UpstreamError | null, clientLeft: ClientLeft): void;
+  /** The client holds the upstream back (true) until its response drains or closes (false). */
+  held?(opaque: T, holding: boolean): void;
 }
 
 /**
@@ -66,11 +76,16 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
   private timer: NodeJS.Timeout | null = null;
   /** The client left before the exchange was over (clientLeft). */
   private gone = false;
+  /** The proxy cut the client's response for reading nothing (holdForClient). */
+  private unread = false;
+  private unpause: ((unread: boolean) => void) | null = null;
 
   constructor(
     private readonly res: ServerResponse,
     private readonly sink: RelaySink<T>,
     private readonly opaque: T,
+    /** How long the client may read nothing of the response before it is cut off. */
+    private readonly sendTimeoutMs: number,
     /** The client's request when its body is streamed to the upstream (not buffered): its failure is the client's. */
     private readonly upload: IncomingMessage | null = null,
   ) {}
@@ -148,8 +163,14 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     if (this.ended) return false;
     const res = this.res;
     if (res.write(chunk)) return true;
-    // The client reads slower than the upstream sends: pause until it drains.
-    res.once('drain', this.resume!);
+    // The client reads slower than the upstream sends: pause until it drains (or leaves, or is cut off).
+    this.sink.held?.(this.opaque, true);
+    holdForClient(res, this.sendTimeoutMs, (this.unpause ??= (unread) => {
+      this.sink.held?.(this.opaque, false);
+      // Cut off: its 'close' follows and abandons the exchange (clientLeft, 'unread').
+      if (unread) this.unread = true;
+      else if (!this.ended) this.resume!();
+    }));
     return false;
   }
 
@@ -180,7 +201,7 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     if (this.timer !== null) this.stopTimer();
     const abort = this.abort;
     if (abort !== null) abort(new ClientGone());
-    this.sink.end(this.opaque, null, 'response');
+    this.sink.end(this.opaque, null, this.unread ? 'unread' : 'response');
   }
 }
 
@@ -196,7 +217,8 @@ export function relayUpstream<T>(
   res: ServerResponse,
   sink: RelaySink<T>,
   opaque: T,
+  sendTimeoutMs: number,
 ): void {
-  const handler = new RelayHandler(res, sink, opaque, body !== null && !Buffer.isBuffer(body) ? body : null);
+  const handler = new RelayHandler(res, sink, opaque, sendTimeoutMs, body !== null && !Buffer.isBuffer(body) ? body : null);
   if (!dispatch(upstream, req, body, null, handler)) handler.waitAtMost(upstream.timeoutMs);
 }

@@ -28,7 +28,10 @@ export const commitPhase: Phase = {
       if (error !== null && !recording.started) return upstreamFailed(error);
       return DONE;
     }
-    if (error === null) return commit(deps, ctx, record(ctx, recording, deps.upstream.origin), recording.last);
+    if (error === null) {
+      if (recording.unread) ctx.detail = `the client read nothing of the response for ${deps.sendTimeoutMs} ms: the proxy cut it off; the record is kept`;
+      return commit(deps, ctx, record(ctx, recording, deps.upstream.origin), recording.last);
+    }
     if (recording.statusCode === 0) return failedBeforeResponse(deps, ctx, error);
     // The body broke off after the status line: the outcome is unknown.
     ctx.outcome = 'upstream_error';

@@ -29,6 +29,8 @@ export const forwardPhase: Phase = {
     recordUpstream(deps.upstream, ctx.req, ctx.body, ctx.res, new Forwarding(deps, ctx, resolve, reject, t0), {
       limit: policy.maxStoredResponseBytes,
       timeoutMs: deps.upstream.timeoutMs,
+      startedAt: t0,
+      sendTimeoutMs: deps.sendTimeoutMs,
       budget: deps.budget,
       extraHeaders,
     });

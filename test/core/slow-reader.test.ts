@@ -1,0 +1,144 @@
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { send } from '../helpers/http.js';
+import { startLoggedProxy, type LoggedProxy } from '../helpers/proxy.js';
+import { startUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { readRawResponse } from '../helpers/raw-http.js';
+import { sleep, waitFor } from '../helpers/wait.js';
+import { header, repeatedSha256, uniqueKey } from './support.js';
+
+// A client that reads its response slower than the upstream sends it holds
+// the upstream back (backpressure). That wait is the client's: on a keyed
+// route upstream.timeout does not count it, so a slow reader never turns an
+// answer the upstream gave in time into a stored timeout (an outcome unknown,
+// replayed as 504 for ever). And a client that reads nothing at all is cut
+// off after the send timeout (src/proxy/slow-client.ts), so that it cannot
+// hold an upstream connection, or a keyed exchange, for ever: on a keyed
+// route the record is still kept and the retry replays it; on a pass-through
+// route the upstream exchange is abandoned.
+
+const UPSTREAM_TIMEOUT_MS = 500;
+const SEND_TIMEOUT_MS = 3000;
+const BIG = 16 * 1024 * 1024;
+const CHUNK = Buffer.alloc(64 * 1024, 9);
+
+const yaml = `
+upstream: { timeout: ${UPSTREAM_TIMEOUT_MS}ms }
+routes:
+  - name: open
+    match: { path: "/open/**" }
+    mode: passthrough
+  - name: exports
+    match: { path: "/exports/**" }
+    maxStoredResponseBytes: 64KiB
+`;
+
+interface Sent {
+  written: number;
+  /** The upstream's response closed before it was complete: the proxy abandoned the exchange. */
+  abandoned: boolean;
+  done: boolean;
+}
+
+describe('a client that reads slowly, or nothing', () => {
+  let db: TestDatabase;
+  let upstream: TestUpstream;
+  let logged: LoggedProxy;
+  const sent = new Map<string, Sent>();
+  before(async () => {
+    db = await createTestDatabase();
+    upstream = await startUpstream(async (req, _n, res) => {
+      const s: Sent = { written: 0, abandoned: false, done: false };
+      sent.set(req.headers['x-test-id'] as string, s);
+      res.on('close', () => (s.abandoned = !s.done));
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(BIG) });
+      while (s.written < BIG && !res.destroyed) {
+        s.written += CHUNK.length;
+        if (!res.write(CHUNK)) await new Promise((r) => res.once('drain', r).once('close', r));
+      }
+      res.end(() => (s.done = true));
+    });
+    logged = await startLoggedProxy({
+      upstream: upstream.url, databaseUrl: db.url, yaml, start: { serverTimeouts: { sendTimeoutMs: SEND_TIMEOUT_MS } },
+    });
+  });
+  after(async () => {
+    await logged.proxy.close();
+    await upstream.close();
+    await db.drop();
+  });
+
+  /** A POST on a connection that reads nothing yet, once the upstream has begun to answer it. */
+  const unreadRequest = async (path: string, id: string, key: string | null): Promise<net.Socket> => {
+    const u = new URL(logged.proxy.url);
+    const socket = net.connect(Number(u.port), u.hostname);
+    socket.on('error', () => {});
+    await new Promise<void>((r) => socket.once('connect', () => r()));
+    socket.pause();
+    socket.write(`POST ${path} HTTP/1.1\r\nHost: x\r\nX-Test-Id: ${id}\r\n${key === null ? '' : `Idempotency-Key: ${key}\r\n`}` +
+      'Content-Length: 2\r\nConnection: close\r\n\r\n{}');
+    await waitFor('the upstream to start sending', () => ((sent.get(id)?.written ?? 0) > 0 ? true : undefined));
+    return socket;
+  };
+  const executionsOf = (id: string): number => upstream.received.filter((r) => r.headers['x-test-id'] === id).length;
+
+  test('keyed: a client that reads nothing for longer than upstream.timeout gets every byte, and the record is the answer, not a timeout', async () => {
+    const id = uniqueKey('slow');
+    const key = uniqueKey('key');
+    const socket = await unreadRequest('/exports/slow', id, key);
+    await sleep(4 * UPSTREAM_TIMEOUT_MS); // well past upstream.timeout, within the send timeout
+    const { head, bytes, sha256 } = await readRawResponse(socket);
+    assert.match(head, /^HTTP\/1\.1 200 /);
+    assert.equal(bytes, BIG);
+    assert.equal(sha256, repeatedSha256(CHUNK, BIG / CHUNK.length));
+    const retry = await send(`${logged.proxy.url}/exports/slow`, { headers: { 'idempotency-key': key, 'x-test-id': id }, body: '{}' });
+    assert.equal(retry.status, 200, `the replay is the upstream's answer: ${retry.body.toString().slice(0, 300)}`);
+    assert.equal(header(retry, 'idempotent-replayed'), 'true');
+    assert.equal(executionsOf(id), 1);
+  });
+
+  test('keyed: a client that reads nothing is cut off after the send timeout; the exchange runs to its end, the record is kept, the retry replays', async () => {
+    const id = uniqueKey('unread');
+    const key = uniqueKey('key');
+    const socket = await unreadRequest('/exports/unread', id, key);
+    // Held back until the proxy cuts the client off; then read to its end, recorded only.
+    await waitFor('the upstream to send everything', () => (sent.get(id)!.done ? true : undefined), SEND_TIMEOUT_MS + 10_000);
+    const { bytes } = await readRawResponse(socket); // a paused socket sees its reset only once it reads
+    assert.ok(bytes < BIG, `the client's response was cut (${bytes} bytes)`);
+    const retry = await waitFor('the record to be committed', async () => {
+      const r = await send(`${logged.proxy.url}/exports/unread`, { headers: { 'idempotency-key': key, 'x-test-id': id }, body: '{}' });
+      return r.status === 409 ? undefined : r;
+    }, 5000);
+    assert.equal(retry.status, 200, retry.body.toString().slice(0, 300));
+    assert.equal(header(retry, 'idempotent-replayed'), 'true');
+    assert.equal(executionsOf(id), 1);
+    const line = logged.lines.find((l) => l.msg === 'request' && l.path === '/exports/unread' && l.outcome === 'executed');
+    assert.ok(line, 'the first request is logged as executed');
+    assert.match(String(line.detail), new RegExp(`read nothing of the response for ${SEND_TIMEOUT_MS} ms`));
+    assert.ok(Number(line.ms) >= SEND_TIMEOUT_MS, `not cut before the send timeout (${String(line.ms)} ms)`);
+  });
+
+  test('pass-through: a client that reads nothing for longer than upstream.timeout gets every byte', async () => {
+    const id = uniqueKey('open-slow');
+    const socket = await unreadRequest('/open/slow', id, null);
+    await sleep(4 * UPSTREAM_TIMEOUT_MS);
+    const { head, bytes } = await readRawResponse(socket);
+    assert.match(head, /^HTTP\/1\.1 200 /);
+    assert.equal(bytes, BIG);
+  });
+
+  test('pass-through: a client that reads nothing is cut off after the send timeout, and the upstream exchange is abandoned', async () => {
+    const id = uniqueKey('open-unread');
+    const socket = await unreadRequest('/open/unread', id, null);
+    await waitFor('the upstream exchange to be abandoned', () => (sent.get(id)!.abandoned ? true : undefined), SEND_TIMEOUT_MS + 5000);
+    assert.ok(sent.get(id)!.written < BIG, 'the upstream was held back, not read to its end');
+    const { bytes } = await readRawResponse(socket);
+    assert.ok(bytes < BIG, `the client's response was cut (${bytes} bytes)`);
+    const line = await waitFor('the request line', () => logged.lines.find((l) => l.msg === 'request' && l.path === '/open/unread'));
+    assert.equal(line.outcome, 'passthrough', 'the client\'s doing, not an upstream error');
+    assert.match(String(line.detail), new RegExp(`the client read nothing of the response for ${SEND_TIMEOUT_MS} ms`));
+    assert.ok(Number(line.ms) >= SEND_TIMEOUT_MS, `not cut before the send timeout (${String(line.ms)} ms)`);
+  });
+});
