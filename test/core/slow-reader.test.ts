@@ -1,5 +1,6 @@
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import http2 from 'node:http2';
 import net from 'node:net';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { send } from '../helpers/http.js';
@@ -25,6 +26,7 @@ const BIG = 16 * 1024 * 1024;
 const CHUNK = Buffer.alloc(64 * 1024, 9);
 
 const yaml = `
+listen: { address: 127.0.0.1:0, http2: true }
 upstream: { timeout: ${UPSTREAM_TIMEOUT_MS}ms }
 routes:
   - name: open
@@ -82,6 +84,23 @@ describe('a client that reads slowly, or nothing', () => {
     await waitFor('the upstream to start sending', () => ((sent.get(id)?.written ?? 0) > 0 ? true : undefined));
     return socket;
   };
+  /** An h2c stream whose answer is read only after `pauseMs` (never, if null); what came of it. */
+  const h2Request = (session: http2.ClientHttp2Session, path: string, id: string, key: string, pauseMs: number | null) =>
+    new Promise<{ status: number; bytes: number; rstCode: number | null }>((resolve) => {
+      const st = session.request({ ':method': 'POST', ':path': path, 'idempotency-key': key, 'x-test-id': id, 'content-length': '2' });
+      let status = 0;
+      let bytes = 0;
+      st.on('response', (h) => {
+        status = Number(h[':status']);
+        st.pause();
+        if (pauseMs !== null) setTimeout(() => st.resume(), pauseMs);
+      });
+      st.on('data', (c: Buffer) => (bytes += c.length));
+      st.on('error', () => {});
+      st.on('close', () => resolve({ status, bytes, rstCode: st.rstCode ?? null }));
+      st.end('{}');
+    });
+
   const executionsOf = (id: string): number => upstream.received.filter((r) => r.headers['x-test-id'] === id).length;
 
   test('keyed: a client that reads nothing for longer than upstream.timeout gets every byte, and the record is the answer, not a timeout', async () => {
@@ -140,5 +159,45 @@ describe('a client that reads slowly, or nothing', () => {
     assert.equal(line.outcome, 'passthrough', 'the client\'s doing, not an upstream error');
     assert.match(String(line.detail), new RegExp(`the client read nothing of the response for ${SEND_TIMEOUT_MS} ms`));
     assert.ok(Number(line.ms) >= SEND_TIMEOUT_MS, `not cut before the send timeout (${String(line.ms)} ms)`);
+  });
+
+  test('keyed, over HTTP/2: a stream that reads nothing for longer than upstream.timeout gets every byte, and the retry replays the answer', async () => {
+    const id = uniqueKey('h2-slow');
+    const key = uniqueKey('key');
+    const session = http2.connect(logged.proxy.url);
+    session.on('error', () => {});
+    try {
+      const got = await h2Request(session, '/exports/h2-slow', id, key, 4 * UPSTREAM_TIMEOUT_MS);
+      assert.deepEqual(got, { status: 200, bytes: BIG, rstCode: 0 });
+    } finally {
+      session.close();
+    }
+    const retry = await send(`${logged.proxy.url}/exports/h2-slow`, { headers: { 'idempotency-key': key, 'x-test-id': id }, body: '{}' });
+    assert.equal(retry.status, 200, retry.body.toString().slice(0, 300));
+    assert.equal(header(retry, 'idempotent-replayed'), 'true');
+    assert.equal(executionsOf(id), 1);
+  });
+
+  test('keyed, over HTTP/2: a stream that reads nothing is reset after the send timeout (INTERNAL_ERROR); the record is kept, the retry replays', async () => {
+    const id = uniqueKey('h2-unread');
+    const key = uniqueKey('key');
+    const session = http2.connect(logged.proxy.url);
+    session.on('error', () => {});
+    try {
+      const got = await h2Request(session, '/exports/h2-unread', id, key, null);
+      assert.equal(got.status, 200);
+      assert.ok(got.bytes < BIG, `cut (${got.bytes} bytes)`);
+      assert.equal(got.rstCode, http2.constants.NGHTTP2_INTERNAL_ERROR);
+    } finally {
+      session.close();
+    }
+    await waitFor('the upstream to send everything', () => (sent.get(id)!.done ? true : undefined), 10_000);
+    const retry = await waitFor('the record to be committed', async () => {
+      const r = await send(`${logged.proxy.url}/exports/h2-unread`, { headers: { 'idempotency-key': key, 'x-test-id': id }, body: '{}' });
+      return r.status === 409 ? undefined : r;
+    }, 5000);
+    assert.equal(retry.status, 200, retry.body.toString().slice(0, 300));
+    assert.equal(header(retry, 'idempotent-replayed'), 'true');
+    assert.equal(executionsOf(id), 1);
   });
 });

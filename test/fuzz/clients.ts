@@ -11,7 +11,11 @@ import type { Rng } from './rng.js';
 export const MODES = [
   'undici', 'undici', 'h2', 'h2', 'pipelined', 'expect-continue', 'http1.0', 'other-payload',
   'leave-mid-body', 'leave-after-body', 'leave-mid-response', 'stall-mid-body', 'h2-cancel-mid-body', 'h2-cancel-after-body',
+  'slow-reader', 'h2-slow-reader',
 ] as const;
+
+/** How long a slow reader reads nothing of its answer: past upstream.timeout (upstream.ts), within the send timeout. */
+const READS_NOTHING_MS = 2600;
 export type Mode = typeof MODES[number] | 'final';
 
 export interface Answer {
@@ -76,6 +80,10 @@ export class Target {
         case 'h2-cancel-mid-body':
         case 'h2-cancel-after-body':
           return await this.h2Cancel(mode, rng, path, headers, body);
+        case 'slow-reader':
+          return { answer: await this.slowReader(path, headers, body) };
+        case 'h2-slow-reader':
+          return { answer: await this.h2(path, headers, body, READS_NOTHING_MS) };
       }
     } catch (err) {
       return { error: err as Error };
@@ -87,12 +95,19 @@ export class Target {
     return { status: r.statusCode, headers: r.headers, body: Buffer.from(await r.body.arrayBuffer()) };
   }
 
-  private h2(path: string, headers: Record<string, string>, body: Buffer): Promise<Answer> {
+  /** Over h2c; with `pauseMs`, the answer's body is not read until that long after its headers. */
+  private h2(path: string, headers: Record<string, string>, body: Buffer, pauseMs = 0): Promise<Answer> {
     return new Promise((resolve, reject) => {
       const st = this.session.request({ ':method': 'POST', ':path': path, 'content-length': String(body.length), ...headers });
       const chunks: Buffer[] = [];
       let head: http2.IncomingHttpHeaders = {};
-      st.on('response', (h) => { head = h; });
+      st.on('response', (h) => {
+        head = h;
+        if (pauseMs > 0) {
+          st.pause();
+          setTimeout(() => st.resume(), pauseMs);
+        }
+      });
       st.on('data', (c: Buffer) => chunks.push(c));
       st.on('end', () => resolve({ status: Number(head[':status']), headers: head, body: Buffer.concat(chunks) }));
       st.on('error', reject);
@@ -114,6 +129,23 @@ export class Target {
       });
       req.on('error', reject);
       req.flushHeaders();
+    });
+  }
+
+  /** HTTP/1.1 that reads nothing of the answer for a while after its headers, then all of it. */
+  private slowReader(path: string, headers: Record<string, string>, body: Buffer): Promise<Answer> {
+    return new Promise((resolve, reject) => {
+      const req = http.request(`${this.url}${path}`, { method: 'POST', agent: false, headers: { ...headers, 'content-length': body.length } });
+      req.on('response', (res) => {
+        res.pause();
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks) }));
+        res.on('error', reject);
+        setTimeout(() => res.resume(), READS_NOTHING_MS);
+      });
+      req.on('error', reject);
+      req.end(body);
     });
   }
 
