@@ -3,6 +3,7 @@ import { cutResponse, respondProblem, respondRecord, respondReplay } from '../ht
 import type { RequestContext } from './context.js';
 import type { LifecycleDeps } from './deps.js';
 import { referenceOf } from '../proxy/reference.js';
+import { cutIfUnread } from '../proxy/slow-client.js';
 import { passThroughAsync } from './passthrough.js';
 import { replayReference } from './reference.js';
 import type { ReplayVerdict, Verdict } from './verdict.js';
@@ -11,6 +12,9 @@ import type { ReplayVerdict, Verdict } from './verdict.js';
 // says on the context what the request's log line and metrics report. The
 // bytes are written by src/http/respond.ts (the proxy's own answers) or
 // relayed by src/proxy/ (the upstream's).
+
+/** A replay body larger than this may sit unsent in Node for a client that reads nothing: it is watched (cutIfUnread). */
+const WATCHED_REPLAY_BYTES = 64 * 1024;
 
 export function respond(deps: LifecycleDeps, ctx: RequestContext, v: Verdict): Promise<void> | void {
   const res = ctx.res;
@@ -33,7 +37,10 @@ export function respond(deps: LifecycleDeps, ctx: RequestContext, v: Verdict): P
       if (ctx.span !== null) deps.tracing!.linkReplay(ctx, v.response);
       // A record without its body is a marker or a reference; a reference replays the resource's current body.
       const path = v.response.bodyRetained ? null : referenceOf(v.response.headers);
-      if (path === null) respondReplay(res, dialect, v.response, ctx.requestId, ctx.key, echo);
+      if (path === null) {
+        respondReplay(res, dialect, v.response, ctx.requestId, ctx.key, echo);
+        if (v.response.body.length > WATCHED_REPLAY_BYTES) cutIfUnread(res, deps.sendTimeoutMs);
+      }
       // Served from PostgreSQL (the cache missed): put the record back.
       if (v.ttlLeftMs !== undefined) deps.cache?.refill(ctx.tenantId, ctx.key!, ctx.fingerprint, v.response, v.ttlLeftMs);
       return path === null ? undefined : replayReferenceOf(deps, ctx, v, path, dialect, echo);

@@ -38,3 +38,26 @@ export function holdForClient(res: ServerResponse, sendTimeoutMs: number, done: 
   }, sendTimeoutMs);
   res.on('drain', end).on('close', end);
 }
+
+/**
+ * A response written whole (a replay: its body handed to Node at once) that its client does not read: Node would
+ * keep its unsent bytes, and the connection, for as long as the client stays. Each `sendTimeoutMs` without a byte
+ * of it going out, it is cut. Only for a body larger than the socket takes at once: the caller asks.
+ */
+export function cutIfUnread(res: ServerResponse, sendTimeoutMs: number): void {
+  if (res.writableFinished || res.destroyed) return;
+  let unsent = res.writableLength;
+  const check = (): void => {
+    if (res.writableFinished || res.destroyed) return;
+    const now = res.writableLength;
+    if (now < unsent) {
+      unsent = now;
+      timer.refresh();
+    } else {
+      cutResponse(res);
+    }
+  };
+  const timer = setTimeout(check, sendTimeoutMs);
+  const stop = (): void => clearTimeout(timer);
+  res.once('finish', stop).once('close', stop);
+}

@@ -32,6 +32,9 @@ routes:
   - name: open
     match: { path: "/open/**" }
     mode: passthrough
+  - name: kept
+    match: { path: "/kept/**" }
+    maxStoredResponseBytes: 16MiB
   - name: exports
     match: { path: "/exports/**" }
     maxStoredResponseBytes: 64KiB
@@ -198,6 +201,28 @@ describe('a client that reads slowly, or nothing', () => {
     }, 5000);
     assert.equal(retry.status, 200, retry.body.toString().slice(0, 300));
     assert.equal(header(retry, 'idempotent-replayed'), 'true');
+    assert.equal(executionsOf(id), 1);
+  });
+
+  test('a replay that its client reads nothing of is cut after the send timeout (Node would hold its unsent bytes as long as the client stayed)', async () => {
+    const id = uniqueKey('replay');
+    const key = uniqueKey('key');
+    const first = await send(`${logged.proxy.url}/kept/replay`, { headers: { 'idempotency-key': key, 'x-test-id': id }, body: '{}' });
+    assert.equal(first.status, 200);
+    assert.equal(first.body.length, BIG);
+    const u = new URL(logged.proxy.url);
+    const socket = net.connect(Number(u.port), u.hostname);
+    socket.on('error', () => {});
+    await new Promise<void>((r) => socket.once('connect', () => r()));
+    socket.pause();
+    socket.write(`POST /kept/replay HTTP/1.1\r\nHost: x\r\nX-Test-Id: ${id}\r\nIdempotency-Key: ${key}\r\nContent-Length: 2\r\n\r\n{}`);
+    const line = await waitFor('the replay', () => logged.lines.find((l) => l.msg === 'request' && l.path === '/kept/replay' && l.outcome === 'replayed'));
+    assert.equal(line.status, 200);
+    await sleep(SEND_TIMEOUT_MS + 1500);
+    const { head, bytes } = await readRawResponse(socket); // a paused socket sees its reset only once it reads
+    assert.match(head, /^HTTP\/1\.1 200 /);
+    assert.match(head, /idempotent-replayed: true/i);
+    assert.ok(bytes < BIG, `the replay was cut (${bytes} of ${BIG} bytes)`);
     assert.equal(executionsOf(id), 1);
   });
 });
