@@ -20,8 +20,8 @@ export function passThroughSink(done: (ctx: RequestContext) => void, sendTimeout
     head: (ctx, statusCode) => {
       ctx.status = statusCode;
     },
-    end: (ctx, e, clientLeft) => {
-      ctx.upstreamMs = performance.now() - ctx.upstreamStart;
+    end: (ctx, e, clientLeft, heldMs) => {
+      ctx.upstreamMs = performance.now() - ctx.upstreamStart - heldMs;
       if (clientLeft) {
         // Not an upstream failure, and not counted as one.
         ctx.detail = clientLeft === 'response'

@@ -44,6 +44,8 @@ export interface Recording {
   body(): Buffer;
   /** The proxy cut the client's response: the client read nothing of it for sendTimeoutMs (the exchange went on). */
   readonly unread: boolean;
+  /** How long a client that read slower than the upstream sent held the upstream back: not the upstream's time. */
+  readonly heldMs: number;
   /** After head() answered false: streams the rest unrecorded; the handler ends the client's response. */
   proceed(): void;
   /** Within head() only: one more header line for the client (an echoKey route's Idempotency-Key). */
@@ -105,11 +107,13 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
   buffered = 0;
   last: Buffer | null = null;
   unread = false;
+  heldMs = 0;
   readonly timeoutMs: number;
   private readonly sendTimeoutMs: number;
   /** When upstream.timeout runs out, but for the time the client held the upstream back. */
   private deadline: number;
-  /** While the client holds the upstream back with upstream.timeout stopped: the time it had left; else -1. */
+  /** While the client holds the upstream back: since when (else 0), and the time upstream.timeout had left (else -1). */
+  private heldAt = 0;
   private left = -1;
   private readonly budget: RecordOptions['budget'];
   private readonly limit: number;
@@ -248,21 +252,27 @@ export class RecordHandler implements Dispatcher.DispatchHandler, Recording {
 
   /** The client holds the upstream back: the wait is not the upstream's, upstream.timeout stops. */
   holdStart(): void {
+    if (this.ended) return;
+    const now = (this.heldAt = performance.now());
     const timer = this.timer;
-    if (timer === null || this.ended) return;
+    if (timer === null) return;
     clearTimeout(timer);
     this.timer = null;
-    this.left = Math.max(0, this.deadline - performance.now());
+    this.left = Math.max(0, this.deadline - now);
   }
 
   /** The client drained, left, or was cut off for reading nothing: upstream.timeout runs on with the time it had left. */
   holdEnd(unread: boolean): void {
     if (unread) this.unread = true;
+    const heldAt = this.heldAt;
+    if (heldAt === 0) return;
+    const now = performance.now();
+    this.heldAt = 0;
+    this.heldMs += now - heldAt;
     const left = this.left;
-    if (left < 0) return;
     this.left = -1;
-    if (this.ended) return;
-    this.deadline = performance.now() + left;
+    if (left < 0 || this.ended) return;
+    this.deadline = now + left;
     this.timer = setTimeout(timedOut, left, this);
   }
 

@@ -38,9 +38,10 @@ export interface RelaySink<T> {
   /**
    * Called once. `error`: the upstream failed (if the status line had already
    * gone to the client, the response is cut off: `res.headersSent` tells).
-   * `clientLeft`: the client ended it (ClientLeft); the upstream exchange is abandoned.
+   * `clientLeft`: the client ended it (ClientLeft); the upstream exchange is abandoned. `heldMs`: how long a
+   * client that read slower than the upstream sent held the upstream back (not the upstream's time).
    */
-  end(opaque: T, error: UpstreamError | null, clientLeft: ClientLeft): void;
+  end(opaque: T, error: UpstreamError | null, clientLeft: ClientLeft, heldMs: number): void;
   /** The client holds the upstream back (true) until its response drains or closes (false). */
   held?(opaque: T, holding: boolean): void;
 }
@@ -79,6 +80,9 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
   /** The proxy cut the client's response for reading nothing (holdForClient). */
   private unread = false;
   private unpause: ((unread: boolean) => void) | null = null;
+  /** The time the client held the upstream back, and since when it does (0: it does not). */
+  private heldMs = 0;
+  private heldAt = 0;
 
   constructor(
     private readonly res: ServerResponse,
@@ -134,7 +138,7 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
   noConnection(timeoutMs: number): void {
     this.timer = null;
     this.ended = true;
-    this.sink.end(this.opaque, noConnectionInTime(timeoutMs), false);
+    this.sink.end(this.opaque, noConnectionInTime(timeoutMs), false, 0);
   }
 
   onHeaders(statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
@@ -164,8 +168,10 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     const res = this.res;
     if (res.write(chunk)) return true;
     // The client reads slower than the upstream sends: pause until it drains (or leaves, or is cut off).
+    this.heldAt = performance.now();
     this.sink.held?.(this.opaque, true);
     holdForClient(res, this.sendTimeoutMs, (this.unpause ??= (unread) => {
+      this.heldMs += performance.now() - this.heldAt;
       this.sink.held?.(this.opaque, false);
       // Cut off: its 'close' follows and abandons the exchange (clientLeft, 'unread').
       if (unread) this.unread = true;
@@ -178,7 +184,7 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     if (this.ended) return;
     this.ended = true;
     this.res.end();
-    this.sink.end(this.opaque, null, false);
+    this.sink.end(this.opaque, null, false, this.heldMs);
   }
 
   onError(err: Error): void {
@@ -191,7 +197,7 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     const u = this.upload;
     const clientLeft = u !== null && (u.aborted || (u.errored !== null && !u.complete));
     this.gone = clientLeft;
-    this.sink.end(this.opaque, clientLeft ? null : classify(err), clientLeft ? 'request' : false);
+    this.sink.end(this.opaque, clientLeft ? null : classify(err), clientLeft ? 'request' : false, this.heldMs);
   }
 
   /** The client left: the exchange is abandoned (aborted if written; dropped unsent by onConnect if still waiting). */
@@ -201,7 +207,7 @@ export class RelayHandler<T> implements Dispatcher.DispatchHandler {
     if (this.timer !== null) this.stopTimer();
     const abort = this.abort;
     if (abort !== null) abort(new ClientGone());
-    this.sink.end(this.opaque, null, this.unread ? 'unread' : 'response');
+    this.sink.end(this.opaque, null, this.unread ? 'unread' : 'response', this.heldMs);
   }
 }
 

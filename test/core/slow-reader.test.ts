@@ -104,6 +104,12 @@ describe('a client that reads slowly, or nothing', () => {
       st.end('{}');
     });
 
+  /** The time the client held the upstream back (about 4 × upstream.timeout) is in the request's time, not in the upstream's. */
+  const heldIsNotUpstreamTime = (line: Record<string, unknown>): void => {
+    assert.ok(Number(line.ms) >= 4 * UPSTREAM_TIMEOUT_MS, `the request took ${String(line.ms)} ms`);
+    assert.ok(Number(line.upstreamMs) <= Number(line.ms) - 3 * UPSTREAM_TIMEOUT_MS, `upstreamMs ${String(line.upstreamMs)} of ms ${String(line.ms)}`);
+  };
+
   const executionsOf = (id: string): number => upstream.received.filter((r) => r.headers['x-test-id'] === id).length;
 
   test('keyed: a client that reads nothing for longer than upstream.timeout gets every byte, and the record is the answer, not a timeout', async () => {
@@ -119,6 +125,7 @@ describe('a client that reads slowly, or nothing', () => {
     assert.equal(retry.status, 200, `the replay is the upstream's answer: ${retry.body.toString().slice(0, 300)}`);
     assert.equal(header(retry, 'idempotent-replayed'), 'true');
     assert.equal(executionsOf(id), 1);
+    heldIsNotUpstreamTime(await waitFor('the request line', () => logged.lines.find((l) => l.msg === 'request' && l.path === '/exports/slow' && l.outcome === 'executed')));
   });
 
   test('keyed: a client that reads nothing is cut off after the send timeout; the exchange runs to its end, the record is kept, the retry replays', async () => {
@@ -149,6 +156,7 @@ describe('a client that reads slowly, or nothing', () => {
     const { head, bytes } = await readRawResponse(socket);
     assert.match(head, /^HTTP\/1\.1 200 /);
     assert.equal(bytes, BIG);
+    heldIsNotUpstreamTime(await waitFor('the request line', () => logged.lines.find((l) => l.msg === 'request' && l.path === '/open/slow')));
   });
 
   test('pass-through: a client that reads nothing is cut off after the send timeout, and the upstream exchange is abandoned', async () => {

@@ -69,10 +69,11 @@ class Forwarding implements Recorder {
   }
 
   end(recording: Recording, error: UpstreamError | null): void {
-    // The upstream exchange ends when its body does: the commit after it is store time.
+    // The upstream exchange ends when its body does: the commit after it is store time. A slow client's holding
+    // the upstream back is not the upstream's time (nor a duration the route's Retry-After should learn).
     const ctx = this.ctx;
     const t1 = performance.now();
-    ctx.upstreamMs = t1 - this.t0;
+    ctx.upstreamMs = t1 - this.t0 - recording.heldMs;
     // A recorded exchange that ran to its end teaches the route's 409 Retry-After.
     if (error === null && !ctx.released) ctx.plan!.durations.observe(ctx.upstreamMs);
     ctx.exchange = recording;
