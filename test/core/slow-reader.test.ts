@@ -32,6 +32,9 @@ routes:
   - name: open
     match: { path: "/open/**" }
     mode: passthrough
+  - name: ref
+    match: { path: "/ref/**" }
+    record: reference
   - name: kept
     match: { path: "/kept/**" }
     maxStoredResponseBytes: 16MiB
@@ -55,8 +58,14 @@ describe('a client that reads slowly, or nothing', () => {
   before(async () => {
     db = await createTestDatabase();
     upstream = await startUpstream(async (req, _n, res) => {
+      if (req.url.startsWith('/ref/')) {
+        // A reference route's POST: the resource it made, which a replay GETs (its GET named by its path).
+        res.writeHead(201, { 'content-type': 'application/json', location: `/resource/${String(req.headers['x-test-id'])}` });
+        res.end('{}');
+        return;
+      }
       const s: Sent = { written: 0, abandoned: false, done: false };
-      sent.set(req.headers['x-test-id'] as string, s);
+      sent.set(req.url.startsWith('/resource/') ? req.url.slice('/resource/'.length) : req.headers['x-test-id'] as string, s);
       res.on('close', () => (s.abandoned = !s.done));
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(BIG) });
       while (s.written < BIG && !res.destroyed) {
@@ -232,5 +241,20 @@ describe('a client that reads slowly, or nothing', () => {
     assert.match(head, /idempotent-replayed: true/i);
     assert.ok(bytes < BIG, `the replay was cut (${bytes} of ${BIG} bytes)`);
     assert.equal(executionsOf(id), 1);
+  });
+
+  test('a reference replay that its client reads nothing of is cut after the send timeout, and its GET abandoned', async () => {
+    const id = uniqueKey('ref');
+    const key = uniqueKey('key');
+    const first = await send(`${logged.proxy.url}/ref/orders`, { headers: { 'idempotency-key': key, 'x-test-id': id }, body: '{}' });
+    assert.equal(first.status, 201);
+    const socket = await unreadRequest('/ref/orders', id, key); // the replay: GET /resource/<id> relayed
+    await waitFor('the GET to be abandoned', () => (sent.get(id)!.abandoned ? true : undefined), SEND_TIMEOUT_MS + 5000);
+    const { head, bytes } = await readRawResponse(socket);
+    assert.match(head, /^HTTP\/1\.1 201 /);
+    assert.ok(bytes < BIG, `the replay was cut (${bytes} bytes)`);
+    const line = await waitFor('the replay\'s line', () => logged.lines.find((l) => l.msg === 'request' && l.path === '/ref/orders' && l.outcome === 'replayed'));
+    assert.match(String(line.detail), new RegExp(`the client read nothing of the reference replay for ${SEND_TIMEOUT_MS} ms`));
+    assert.equal(upstream.received.filter((r) => r.method === 'POST' && r.headers['x-test-id'] === id).length, 1);
   });
 });
