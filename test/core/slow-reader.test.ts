@@ -121,6 +121,28 @@ describe('a client that reads slowly, or nothing', () => {
 
   const executionsOf = (id: string): number => upstream.received.filter((r) => r.headers['x-test-id'] === id).length;
 
+  /** The key's retry (once its record is committed) replays the upstream's 200; the operation ran once. */
+  const retryReplays = async (path: string, id: string, key: string): Promise<void> => {
+    const retry = await waitFor('the record to be committed', async () => {
+      const r = await send(`${logged.proxy.url}${path}`, { headers: { 'idempotency-key': key, 'x-test-id': id }, body: '{}' });
+      return r.status === 409 ? undefined : r;
+    }, 5000);
+    assert.equal(retry.status, 200, `the replay is the upstream's answer: ${retry.body.toString().slice(0, 300)}`);
+    assert.equal(header(retry, 'idempotent-replayed'), 'true');
+    assert.equal(executionsOf(id), 1);
+  };
+
+  /** An h2c session for `run`, closed after it. */
+  const withSession = async <R>(run: (session: http2.ClientHttp2Session) => Promise<R>): Promise<R> => {
+    const session = http2.connect(logged.proxy.url);
+    session.on('error', () => {});
+    try {
+      return await run(session);
+    } finally {
+      session.close();
+    }
+  };
+
   test('keyed: a client that reads nothing for longer than upstream.timeout gets every byte, and the record is the answer, not a timeout', async () => {
     const id = uniqueKey('slow');
     const key = uniqueKey('key');
@@ -130,10 +152,7 @@ describe('a client that reads slowly, or nothing', () => {
     assert.match(head, /^HTTP\/1\.1 200 /);
     assert.equal(bytes, BIG);
     assert.equal(sha256, repeatedSha256(CHUNK, BIG / CHUNK.length));
-    const retry = await send(`${logged.proxy.url}/exports/slow`, { headers: { 'idempotency-key': key, 'x-test-id': id }, body: '{}' });
-    assert.equal(retry.status, 200, `the replay is the upstream's answer: ${retry.body.toString().slice(0, 300)}`);
-    assert.equal(header(retry, 'idempotent-replayed'), 'true');
-    assert.equal(executionsOf(id), 1);
+    await retryReplays('/exports/slow', id, key);
     heldIsNotUpstreamTime(await waitFor('the request line', () => logged.lines.find((l) => l.msg === 'request' && l.path === '/exports/slow' && l.outcome === 'executed')));
   });
 
@@ -145,13 +164,7 @@ describe('a client that reads slowly, or nothing', () => {
     await waitFor('the upstream to send everything', () => (sent.get(id)!.done ? true : undefined), SEND_TIMEOUT_MS + 10_000);
     const { bytes } = await readRawResponse(socket); // a paused socket sees its reset only once it reads
     assert.ok(bytes < BIG, `the client's response was cut (${bytes} bytes)`);
-    const retry = await waitFor('the record to be committed', async () => {
-      const r = await send(`${logged.proxy.url}/exports/unread`, { headers: { 'idempotency-key': key, 'x-test-id': id }, body: '{}' });
-      return r.status === 409 ? undefined : r;
-    }, 5000);
-    assert.equal(retry.status, 200, retry.body.toString().slice(0, 300));
-    assert.equal(header(retry, 'idempotent-replayed'), 'true');
-    assert.equal(executionsOf(id), 1);
+    await retryReplays('/exports/unread', id, key);
     const line = logged.lines.find((l) => l.msg === 'request' && l.path === '/exports/unread' && l.outcome === 'executed');
     assert.ok(line, 'the first request is logged as executed');
     assert.match(String(line.detail), new RegExp(`read nothing of the response for ${SEND_TIMEOUT_MS} ms`));
@@ -184,41 +197,20 @@ describe('a client that reads slowly, or nothing', () => {
   test('keyed, over HTTP/2: a stream that reads nothing for longer than upstream.timeout gets every byte, and the retry replays the answer', async () => {
     const id = uniqueKey('h2-slow');
     const key = uniqueKey('key');
-    const session = http2.connect(logged.proxy.url);
-    session.on('error', () => {});
-    try {
-      const got = await h2Request(session, '/exports/h2-slow', id, key, 4 * UPSTREAM_TIMEOUT_MS);
-      assert.deepEqual(got, { status: 200, bytes: BIG, rstCode: 0 });
-    } finally {
-      session.close();
-    }
-    const retry = await send(`${logged.proxy.url}/exports/h2-slow`, { headers: { 'idempotency-key': key, 'x-test-id': id }, body: '{}' });
-    assert.equal(retry.status, 200, retry.body.toString().slice(0, 300));
-    assert.equal(header(retry, 'idempotent-replayed'), 'true');
-    assert.equal(executionsOf(id), 1);
+    const got = await withSession((session) => h2Request(session, '/exports/h2-slow', id, key, 4 * UPSTREAM_TIMEOUT_MS));
+    assert.deepEqual(got, { status: 200, bytes: BIG, rstCode: 0 });
+    await retryReplays('/exports/h2-slow', id, key);
   });
 
   test('keyed, over HTTP/2: a stream that reads nothing is reset after the send timeout (INTERNAL_ERROR); the record is kept, the retry replays', async () => {
     const id = uniqueKey('h2-unread');
     const key = uniqueKey('key');
-    const session = http2.connect(logged.proxy.url);
-    session.on('error', () => {});
-    try {
-      const got = await h2Request(session, '/exports/h2-unread', id, key, null);
-      assert.equal(got.status, 200);
-      assert.ok(got.bytes < BIG, `cut (${got.bytes} bytes)`);
-      assert.equal(got.rstCode, http2.constants.NGHTTP2_INTERNAL_ERROR);
-    } finally {
-      session.close();
-    }
+    const got = await withSession((session) => h2Request(session, '/exports/h2-unread', id, key, null));
+    assert.equal(got.status, 200);
+    assert.ok(got.bytes < BIG, `cut (${got.bytes} bytes)`);
+    assert.equal(got.rstCode, http2.constants.NGHTTP2_INTERNAL_ERROR);
     await waitFor('the upstream to send everything', () => (sent.get(id)!.done ? true : undefined), 10_000);
-    const retry = await waitFor('the record to be committed', async () => {
-      const r = await send(`${logged.proxy.url}/exports/h2-unread`, { headers: { 'idempotency-key': key, 'x-test-id': id }, body: '{}' });
-      return r.status === 409 ? undefined : r;
-    }, 5000);
-    assert.equal(retry.status, 200, retry.body.toString().slice(0, 300));
-    assert.equal(header(retry, 'idempotent-replayed'), 'true');
-    assert.equal(executionsOf(id), 1);
+    await retryReplays('/exports/h2-unread', id, key);
   });
 
   test('a replay that its client reads nothing of is cut after the send timeout (Node would hold its unsent bytes as long as the client stayed)', async () => {
