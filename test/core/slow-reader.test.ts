@@ -67,7 +67,8 @@ describe('a client that reads slowly, or nothing', () => {
       const s: Sent = { written: 0, abandoned: false, done: false };
       sent.set(req.url.startsWith('/resource/') ? req.url.slice('/resource/'.length) : req.headers['x-test-id'] as string, s);
       res.on('close', () => (s.abandoned = !s.done));
-      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(BIG) });
+      // A releaseOn status (429) on /exports/released: the key is released, the answer relayed unrecorded.
+      res.writeHead(req.url.endsWith('/released') ? 429 : 200, { 'content-type': 'application/octet-stream', 'content-length': String(BIG) });
       while (s.written < BIG && !res.destroyed) {
         s.written += CHUNK.length;
         if (!res.write(CHUNK)) await new Promise((r) => res.once('drain', r).once('close', r));
@@ -169,6 +170,17 @@ describe('a client that reads slowly, or nothing', () => {
     assert.ok(line, 'the first request is logged as executed');
     assert.match(String(line.detail), new RegExp(`read nothing of the response for ${SEND_TIMEOUT_MS} ms`));
     assert.ok(Number(line.ms) >= SEND_TIMEOUT_MS, `not cut before the send timeout (${String(line.ms)} ms)`);
+  });
+
+  test('keyed, a releaseOn answer relayed unrecorded: a client that reads nothing for longer than upstream.timeout gets every byte', async () => {
+    const id = uniqueKey('released');
+    const socket = await unreadRequest('/exports/released', id, uniqueKey('key'));
+    await sleep(4 * UPSTREAM_TIMEOUT_MS);
+    const { head, bytes } = await readRawResponse(socket);
+    assert.match(head, /^HTTP\/1\.1 429 /);
+    assert.equal(bytes, BIG);
+    const line = await waitFor('the request line', () => logged.lines.find((l) => l.msg === 'request' && l.path === '/exports/released'));
+    assert.equal(line.outcome, 'rejected');
   });
 
   test('pass-through: a client that reads nothing for longer than upstream.timeout gets every byte', async () => {
