@@ -124,6 +124,7 @@ function resolveUpstream(raw: Raw, flags: ConfigFlags, issues: Issues): Upstream
     url,
     timeoutMs: duration(section, 'timeout', ['upstream'], DEFAULTS.upstreamTimeoutMs, issues),
     connections: integer(section.connections, DEFAULTS.connections),
+    keepAliveTimeoutMs: section.keepAliveTimeout == null ? null : duration(section, 'keepAliveTimeout', ['upstream'], 0, issues),
     tls: resolveUpstreamTls(section, url, issues),
   };
 }

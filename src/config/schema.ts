@@ -116,7 +116,7 @@ export function configSchema(): Schema {
       listen: listenSchema(),
       admin: { type: ['string', 'boolean', 'null'], 'x-kind': 'admin' },
       adminToken: string,
-      upstream: section({ url: string, timeout: duration, connections: { type: 'integer', minimum: 1 }, tls: upstreamTlsSchema() }),
+      upstream: section({ url: string, timeout: duration, connections: { type: 'integer', minimum: 1 }, keepAliveTimeout: duration, tls: upstreamTlsSchema() }),
       store: section({
         postgres: { type: ['string', 'null'] },
         redis: { type: ['string', 'null'] },

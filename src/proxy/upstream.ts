@@ -89,7 +89,10 @@ export function createUpstream(cfg: UpstreamConfig): Upstream {
   const pool = new Pool(origin, {
     connections: cfg.connections,
     pipelining: 1,
-    keepAliveTimeout: 4_000,
+    // upstream.keepAliveTimeout, where set, bounds an idle connection's life whatever the upstream's hint says
+    // (docs/configuration.md); unset, undici's defaults: 4 s without a hint, the hint less 2 s with one.
+    keepAliveTimeout: cfg.keepAliveTimeoutMs ?? 4_000,
+    keepAliveMaxTimeout: cfg.keepAliveTimeoutMs ?? 600_000,
     // An upstream's response header section may be as large as a request's the proxy accepts (src/http/framing.ts).
     maxHeaderSize: MAX_HEADER_BYTES,
     headersTimeout: cfg.timeoutMs,

@@ -37,7 +37,7 @@ test('contract example with DATABASE_URL and REDIS_URL unset', () => {
   assert.deepEqual(config.listen, { host: '0.0.0.0', port: 8080 });
   assert.deepEqual(config.admin, { host: '127.0.0.1', port: 9090 });
   assert.equal(config.adminToken, null);
-  assert.deepEqual(config.upstream, { url: 'http://127.0.0.1:3000', timeoutMs: 30_000, connections: 128, tls: null });
+  assert.deepEqual(config.upstream, { url: 'http://127.0.0.1:3000', timeoutMs: 30_000, connections: 128, keepAliveTimeoutMs: null, tls: null });
   assert.deepEqual(config.store, {
     postgres: null,
     redis: null,
