@@ -6,7 +6,7 @@
 import { METHODS } from 'node:http';
 import type { ErrorFormat, KeyScope, KeySource, Mode, Profile, RecordMode, ReleaseOn, StatusClass, OnExpiredLease, OnInFlight, OnStoreError, OnUnknownOutcome, OutcomeProbe, TenantSource } from './types.js';
 import type { Issues, Path } from './issues.js';
-import { parseDuration, parseSize } from './units.js';
+import { parseDuration, parseSize, timedDurationIssue } from './units.js';
 
 export interface PolicyLayer {
   readonly path: Path;
@@ -159,6 +159,15 @@ function readPositiveDuration(raw: Raw, field: string, base: Path, issues: Issue
   return ms;
 }
 
+/** A duration the proxy counts down itself (lease, waitTimeout): at most 24d (units.ts, MAX_TIMED_MS). */
+function readTimedDuration(raw: Raw, field: string, base: Path, issues: Issues, zeroAllowed: boolean): number | undefined {
+  const ms = unit(raw, field, base, issues, parseDuration);
+  if (ms === undefined || (ms === 0 && zeroAllowed)) return ms;
+  const issue = timedDurationIssue(ms);
+  if (issue !== null) issues.add([...base, field], issue);
+  return ms;
+}
+
 /** Statuses as numbers, classes lower-cased (`5XX` → `5xx`); the schema has checked each entry. */
 function readReleaseOn(value: unknown): ReleaseOn[] | undefined {
   if (!Array.isArray(value)) return undefined;
@@ -209,7 +218,7 @@ export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): Polic
     methods: readMethods(r.methods, [...base, 'methods'], issues),
     required: typeof r.required === 'boolean' ? r.required : undefined,
     ttlMs: readPositiveDuration(r, 'ttl', base, issues),
-    leaseMs: readPositiveDuration(r, 'lease', base, issues),
+    leaseMs: readTimedDuration(r, 'lease', base, issues, false),
     maxBodyBytes: readSize(r, 'maxBodyBytes', base, issues),
     maxStoredResponseBytes: readSize(r, 'maxStoredResponseBytes', base, issues),
     tenant: readTenant(r, base, issues),
@@ -218,7 +227,7 @@ export function readPolicyLayer(raw: unknown, base: Path, issues: Issues): Polic
     mode: oneOf(r.mode, ['enforce', 'shadow', 'passthrough'] as const),
     mismatchStatus: oneOf(r.mismatchStatus, [400, 422] as const),
     onInFlight: oneOf(r.onInFlight, ['conflict', 'wait'] as const),
-    waitMs: unit(r, 'waitTimeout', base, issues, parseDuration),
+    waitMs: readTimedDuration(r, 'waitTimeout', base, issues, true),
     onUnknownOutcome: oneOf(r.onUnknownOutcome, ['store', 'release'] as const),
     onExpiredLease: oneOf(r.onExpiredLease, ['reexecute', 'fail', 'probe'] as const),
     outcomeProbe: readOutcomeProbe(r, base, issues),

@@ -9,7 +9,7 @@ import type { Issues, Path } from './issues.js';
 import { checkStoreUrl, parseHostPort, parseUpstreamUrl, type HostPort } from './addresses.js';
 import { isRecord } from './policy-layer.js';
 import { resolveRoutes } from './routes.js';
-import { parseDuration, parseSize } from './units.js';
+import { parseDuration, parseSize, timedDurationIssue } from './units.js';
 import { checkClientCertTenants, listenAddress, resolveHttp2, resolveListenTls, resolveUpstreamTls } from './listen.js';
 
 /** Command-line overrides. Unset or empty means "not given". */
@@ -99,7 +99,8 @@ function duration(raw: Raw, field: string, base: Path, fallback: number, issues:
   if (typeof value !== 'string' && typeof value !== 'number') return fallback;
   try {
     const ms = parseDuration(value);
-    if (ms === 0) issues.add([...base, field], 'must be longer than 0');
+    const issue = timedDurationIssue(ms);
+    if (issue !== null) issues.add([...base, field], issue);
     return ms;
   } catch (error) {
     issues.add([...base, field], (error as Error).message);

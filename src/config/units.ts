@@ -47,6 +47,20 @@ function checkPlainNumber(input: number, what: string, unit: string): number {
   return input;
 }
 
+/**
+ * The longest duration the proxy can time: Node's timers hold at most 2^31 − 1 ms (about 24.8 days) and fire
+ * after 1 ms, with a warning, for anything longer. So every duration the proxy counts down (upstream.timeout, lease,
+ * store.timeout…) is bounded by a round 24 days; only `ttl`, kept by the store, is not.
+ */
+export const MAX_TIMED_MS = 24 * 86_400_000;
+
+/** The issue with a timed duration of `ms`, or null. */
+export function timedDurationIssue(ms: number): string | null {
+  if (ms === 0) return 'must be longer than 0';
+  if (ms > MAX_TIMED_MS) return `must be at most 24d: the proxy times it, and its timers run at most about 24.8 days (${formatDuration(ms)} given)`;
+  return null;
+}
+
 /** Milliseconds in `input`: `90s` → 90000, `1h30m` → 5400000, `250` → 250. */
 export function parseDuration(input: string | number): number {
   if (typeof input === 'number') return checkPlainNumber(input, 'duration', 'milliseconds');

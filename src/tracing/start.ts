@@ -6,6 +6,7 @@ import { convertLegacyHttpOptions, createOtlpHttpExporterMetrics } from '@opente
 import { JsonTraceSerializer, ProtobufTraceSerializer, type IExportTraceServiceResponse, type ISerializer } from '@opentelemetry/otlp-transformer';
 import { defaultResource, detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
 import type { TracingConfig } from '../config/types.js';
+import { MAX_TIMED_MS } from '../config/units.js';
 import type { Envelope, SpanEncoder } from './encoder.js';
 import { IdPool } from './ids.js';
 import { RetryingTransport, UndiciOtlpTransport, tlsFromEnv } from './otlp-http.js';
@@ -101,15 +102,16 @@ export interface BatchOptions {
 }
 
 function batchOptions(env: NodeJS.ProcessEnv): BatchOptions {
-  const read = (name: string, fallback: number): number => {
+  const read = (name: string, fallback: number, max = Number.MAX_SAFE_INTEGER): number => {
     const raw = env[name];
     if (raw === undefined || raw.trim() === '') return fallback;
     const n = Number(raw.trim());
     if (!Number.isInteger(n) || n <= 0) throw new Error(`${name}=${raw}: a whole number above 0`);
+    if (n > max) throw new Error(`${name}=${raw}: at most ${max}`);
     return n;
   };
   const maxQueue = read('OTEL_BSP_MAX_QUEUE_SIZE', DEFAULT_MAX_QUEUE);
-  return { maxQueue, maxBatch: Math.min(read('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', DEFAULT_MAX_EXPORT_BATCH), maxQueue), delayMs: read('OTEL_BSP_SCHEDULE_DELAY', 5_000) };
+  return { maxQueue, maxBatch: Math.min(read('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', DEFAULT_MAX_EXPORT_BATCH), maxQueue), delayMs: read('OTEL_BSP_SCHEDULE_DELAY', 5_000, MAX_TIMED_MS) };
 }
 
 /** A request the recorder has encoded, as the export delegate's "internal representation". */

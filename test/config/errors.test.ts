@@ -202,3 +202,29 @@ test('tracing.protocol: http/protobuf by default, the OTEL_* variables, grpc ref
   assert.equal(loadConfig({ text: UPSTREAM, env: { OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' } }).tracing.enabled, false, 'tracing off: the variable is not read');
   assert.match(errorsOf(`${on.trimEnd().slice(0, -2)}, protocol: grpc }\n`).join('\n'), /^tracing\.protocol: /);
 });
+
+test('a duration the proxy counts down is at most 24 days (Node timers fire at once past about 24.8); ttl, kept by the store, is not bounded', () => {
+  const errors = errorsOf(`upstream: { url: http://127.0.0.1:3000, timeout: 30d, keepAliveTimeout: 25d }
+store: { timeout: 1000d, sweepInterval: 24d1ms }
+shutdownTimeout: 25d
+defaults: { ttl: 365d, lease: 40d }
+routes:
+  - { name: wait, match: { path: /wait }, onInFlight: wait, lease: 24d, waitTimeout: 25d }
+`);
+  const over = (path: string, given: string, line: number): string =>
+    `${path}: must be at most 24d: the proxy times it, and its timers run at most about 24.8 days (${given} given) (line ${line})`;
+  assert.deepEqual(errors, [
+    over('upstream.timeout', '30d', 1),
+    over('upstream.keepAliveTimeout', '25d', 1),
+    over('store.sweepInterval', '576h1ms', 2),
+    over('store.timeout', '1000d', 2),
+    over('shutdownTimeout', '25d', 3),
+    over('defaults.lease', '40d', 4),
+    over('routes[0].waitTimeout', '25d', 6),
+    'routes[0].waitTimeout: waitTimeout (25d) must not be longer than lease (24d) (line 6)',
+  ]);
+  const config = loadConfig({ text: 'upstream: { url: http://127.0.0.1:3000, timeout: 24d }\ndefaults: { ttl: 365d, lease: 24d }\n', env: {} });
+  assert.equal(config.upstream.timeoutMs, 24 * 86_400_000);
+  assert.equal(config.routes[0]!.leaseMs, 24 * 86_400_000);
+  assert.equal(config.routes[0]!.ttlMs, 365 * 86_400_000);
+});

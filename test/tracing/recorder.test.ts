@@ -195,5 +195,7 @@ describe('the span recorder', () => {
     assert.throws(() => samplerFrom(null, { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: '1.5' }), /OTEL_TRACES_SAMPLER_ARG=1.5/);
     assert.throws(() => startTracing(config('http://127.0.0.1:9'), { onLoss: () => {} }, { OTEL_BSP_MAX_QUEUE_SIZE: 'lots' }), /OTEL_BSP_MAX_QUEUE_SIZE=lots: a whole number above 0/);
     assert.throws(() => startTracing(config('http://127.0.0.1:9'), { onLoss: () => {} }, { OTEL_BSP_SCHEDULE_DELAY: '-5' }), /OTEL_BSP_SCHEDULE_DELAY=-5/);
+    // Past a timer's limit (about 24.8 days) Node fires the export timer after 1 ms: a batch sent for every few spans.
+    assert.throws(() => startTracing(config('http://127.0.0.1:9'), { onLoss: () => {} }, { OTEL_BSP_SCHEDULE_DELAY: '3000000000' }), /OTEL_BSP_SCHEDULE_DELAY=3000000000: at most 2073600000/);
   });
 });
