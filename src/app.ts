@@ -2,7 +2,7 @@ import type { DestinationStream } from 'pino';
 import type { Config } from './config/types.js';
 import { createAdminHandler } from './http/admin.js';
 import { isLoopbackHost } from './http/admin-keys.js';
-import { DEFAULT_SERVER_TIMEOUTS, listen, type Listener, type ServerTimeouts } from './http/server.js';
+import { listen, type Listener } from './http/server.js';
 import { createHandler } from './lifecycle/handler.js';
 import { MemoryBudget } from './lifecycle/budget.js';
 import { Plans } from './lifecycle/plan.js';
@@ -44,8 +44,6 @@ export interface StartOptions {
   readonly shutdownDeadlineMs?: number;
   /** Redis cache tuning (key prefix, timeouts, breaker); used when config.store.redis is set. */
   readonly redisCache?: RedisCacheTuning;
-  /** Client-side timeouts of the main listener (tests shorten them); defaults in src/http/server.ts. */
-  readonly serverTimeouts?: Partial<ServerTimeouts>;
   /** The key census behind the outcome-unknown and oldest-in-flight gauges (tests shorten it); src/admin/census.ts. */
   readonly census?: { readonly intervalMs?: number; readonly chunkRows?: number };
   /**
@@ -150,10 +148,11 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
       // An unreachable collector loses the last spans, never the shutdown.
       cleanups.push(() => tracing.shutdown().catch((e: unknown) => logger.warn({ err: (e as Error).message }, 'tracing: the last spans could not be exported')));
     }
+    const timeouts = config.listenTimeouts;
     const deps: LifecycleDeps = {
       get plans() { return live.plans; },
       store, cache, upstream, logger, metrics, waiters: new Waiters(), budget, storeHealth: new StoreHealth(), tracing: tracing?.tracing ?? null, giveBacks,
-      sendTimeoutMs: opts.serverTimeouts?.sendTimeoutMs ?? DEFAULT_SERVER_TIMEOUTS.sendTimeoutMs,
+      sendTimeoutMs: timeouts.sendTimeoutMs,
     };
     const handler = createHandler(deps);
     const sweeper = startSweeper(db, {
@@ -176,7 +175,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
     cleanups.push(() => census.stop());
 
     const listenTls = config.listenTls === null ? null : readListenTls(config.listenTls);
-    const main = await listen(handler, config.listen.host, config.listen.port, opts.serverTimeouts, {
+    const main = await listen(handler, config.listen.host, config.listen.port, timeouts, {
       tls: listenTls, http2: config.http2, ...(listenTls === null ? {} : { onTlsError: tlsRefusals(logger, metrics.tlsRefused).onError }),
     });
     const certificates = tlsReloader(readListenTls, (m) => main.setSecureContext(m), listenTls);

@@ -16,6 +16,12 @@ const listenExtras = (c: Config): string => {
   return shown.length === 0 ? '' : ` (${shown.join(', ')})`;
 };
 
+function clientsText(c: Config): string {
+  const t = c.listenTimeouts;
+  return `headers within ${formatDuration(t.headersTimeoutMs)}, the whole request within ${formatDuration(t.requestTimeoutMs)}; ` +
+    `idle connections kept ${formatDuration(t.keepAliveTimeoutMs)}; a client that reads nothing cut off after ${formatDuration(t.sendTimeoutMs)}`;
+}
+
 function table(rows: readonly (readonly [string, string])[], indent = '  '): string[] {
   const width = Math.max(...rows.map(([label]) => label.length));
   return rows.map(([label, value]) => `${indent}${label.padEnd(width)}  ${value}`);
@@ -117,6 +123,7 @@ export function describeConfig(config: Config): string {
     config.admin === null ? 'disabled' : `${address(config.admin)} (admin token: ${config.adminToken === null ? 'none' : 'set, not shown'})`;
   const header = table([
     ['listen', `${address(config.listen)}${listenExtras(config)}`],
+    ['clients', clientsText(config)],
     ['admin', admin],
     ['upstream', `${upstream.url} (timeout ${formatDuration(upstream.timeoutMs)}, ${upstream.connections} connections${upstream.keepAliveTimeoutMs === null ? '' : `, idle for at most ${formatDuration(upstream.keepAliveTimeoutMs)}`})`],
     ['store', store.postgres === null ? `embedded PGlite in ${store.dataDir} (single instance only)` : `PostgreSQL ${maskUrl(store.postgres)} (pool ${store.poolSize}, timeout ${formatDuration(store.timeoutMs)}${store.preparedStatements ? '' : ', unnamed statements'})`],

@@ -6,9 +6,14 @@
 import type { Issues, Path } from './issues.js';
 import { isRecord } from './policy-layer.js';
 import { readListenTls, readUpstreamTls, TlsFileError } from './tls-files.js';
-import type { ListenTls, RoutePolicy, UpstreamTls } from './types.js';
+import type { ListenTimeouts, ListenTls, RoutePolicy, UpstreamTls } from './types.js';
 
 type Raw = Record<string, unknown>;
+
+/** The client listener's timeouts when the file sets none: Node's headers timeout, nginx's send_timeout, a keep-alive above a load balancer's usual 60 s idle timeout. */
+export const LISTEN_TIMEOUT_DEFAULTS: ListenTimeouts = {
+  headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, keepAliveTimeoutMs: 65_000, sendTimeoutMs: 60_000,
+};
 
 const str = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
 

@@ -3,14 +3,14 @@
 // REDIS_URL are used when the file does not set store.postgres / store.redis
 // or sets them to an empty value (e.g. an unset ${VAR}).
 
-import type { Config, LimitsConfig, OtlpProtocol, StoreConfig, TracingConfig, UpstreamConfig } from './types.js';
+import type { Config, LimitsConfig, ListenTimeouts, OtlpProtocol, StoreConfig, TracingConfig, UpstreamConfig } from './types.js';
 import type { Env } from './interpolate.js';
 import type { Issues, Path } from './issues.js';
 import { checkStoreUrl, parseHostPort, parseUpstreamUrl, type HostPort } from './addresses.js';
 import { isRecord } from './policy-layer.js';
 import { resolveRoutes } from './routes.js';
-import { parseDuration, parseSize, timedDurationIssue } from './units.js';
-import { checkClientCertTenants, listenAddress, resolveHttp2, resolveListenTls, resolveUpstreamTls } from './listen.js';
+import { formatDuration, parseDuration, parseSize, timedDurationIssue } from './units.js';
+import { checkClientCertTenants, LISTEN_TIMEOUT_DEFAULTS, listenAddress, resolveHttp2, resolveListenTls, resolveUpstreamTls } from './listen.js';
 
 /** Command-line overrides. Unset or empty means "not given". */
 export interface ConfigFlags {
@@ -130,6 +130,24 @@ function resolveUpstream(raw: Raw, flags: ConfigFlags, issues: Issues): Upstream
   };
 }
 
+function resolveListenTimeouts(raw: Raw, issues: Issues): ListenTimeouts {
+  const d = LISTEN_TIMEOUT_DEFAULTS;
+  if (!isRecord(raw.listen)) return d;
+  const section = raw.listen;
+  const t: ListenTimeouts = {
+    headersTimeoutMs: duration(section, 'headersTimeout', ['listen'], d.headersTimeoutMs, issues),
+    requestTimeoutMs: duration(section, 'requestTimeout', ['listen'], d.requestTimeoutMs, issues),
+    keepAliveTimeoutMs: duration(section, 'keepAliveTimeout', ['listen'], d.keepAliveTimeoutMs, issues),
+    sendTimeoutMs: duration(section, 'sendTimeout', ['listen'], d.sendTimeoutMs, issues),
+  };
+  // Node refuses a headers timeout longer than the request timeout, which counts from the same moment.
+  if (t.headersTimeoutMs > t.requestTimeoutMs) {
+    const field = section.headersTimeout !== undefined ? 'headersTimeout' : 'requestTimeout';
+    issues.add(['listen', field], `listen.headersTimeout (${formatDuration(t.headersTimeoutMs)}) must not be longer than listen.requestTimeout (${formatDuration(t.requestTimeoutMs)}): the whole request includes its headers`);
+  }
+  return t;
+}
+
 function storeUrl(candidates: readonly [unknown, Path][], protocols: readonly string[], issues: Issues): string | null {
   const source = first(...candidates);
   if (source === undefined) return null;
@@ -206,6 +224,7 @@ export function resolveConfig(tree: unknown, flags: ConfigFlags, env: Env, issue
     routes: resolveRoutes(raw.defaults, raw.routes, issues),
     listenTls: resolveListenTls(raw, issues),
     http2: resolveHttp2(raw),
+    listenTimeouts: resolveListenTimeouts(raw, issues),
     tracing: resolveTracing(raw, env, issues),
   };
   checkClientCertTenants(config.routes, config.listenTls, issues);

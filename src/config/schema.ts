@@ -89,6 +89,10 @@ function listenSchema(): Schema {
       address: string,
       tls: closed({ cert: path, key: path, clientCa: path }, { required: ['cert', 'key'] }),
       http2: { type: 'boolean' },
+      headersTimeout: duration,
+      requestTimeout: duration,
+      keepAliveTimeout: duration,
+      sendTimeout: duration,
     },
     additionalProperties: false,
   };

@@ -110,6 +110,21 @@ export interface StoreConfig {
   readonly shardRouting: boolean; // on Citus: each tenant's statements to the node of its shard (docs/scale.md)
 }
 
+/** The client listener's timeouts (docs/configuration.md, Listener: timeouts). */
+export interface ListenTimeouts {
+  /** Time a client has to send the request headers (slow-loris headers → 408). */
+  readonly headersTimeoutMs: number;
+  /** Time a client has to send the whole request, body included (slow-loris bodies → 408). */
+  readonly requestTimeoutMs: number;
+  /** How long an idle client connection (HTTP/1.1 keep-alive, an HTTP/2 session) is kept open. */
+  readonly keepAliveTimeoutMs: number;
+  /**
+   * Time a client may read nothing of a response whose upstream it holds back (a slow reader) before the proxy
+   * cuts it off (src/proxy/slow-client.ts), like nginx's send_timeout. Read by the lifecycle, not by the server.
+   */
+  readonly sendTimeoutMs: number;
+}
+
 export interface LimitsConfig {
   /** Request bodies and recorded responses held in memory by all requests together. */
   readonly maxBufferedBytes: number;
@@ -131,6 +146,8 @@ export interface Config {
   readonly listenTls: ListenTls | null;
   /** `listen.http2`: HTTP/2 (ALPN h2 over TLS, h2c with prior knowledge without) beside HTTP/1.1. */
   readonly http2: boolean;
+  /** `listen.headersTimeout`, `requestTimeout`, `keepAliveTimeout`, `sendTimeout`, defaults applied. */
+  readonly listenTimeouts: ListenTimeouts;
   readonly tracing: TracingConfig;
 }
 

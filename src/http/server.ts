@@ -3,6 +3,8 @@ import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import type { SecureContextOptions, TLSSocket } from 'node:tls';
+import { LISTEN_TIMEOUT_DEFAULTS } from '../config/listen.js';
+import type { ListenTimeouts } from '../config/types.js';
 import { MAX_HEADER_BYTES } from './framing.js';
 import { attachH2c, attachH2OverTls, type H2Front } from './h2.js';
 import type { Duplex } from 'node:stream';
@@ -26,22 +28,8 @@ export interface Listener {
   close(deadlineMs: number): Promise<void>;
 }
 
-export interface ServerTimeouts {
-  /** Time a client has to send the request headers (slow-loris headers → 408). */
-  readonly headersTimeoutMs: number;
-  /** Time a client has to send the whole request, body included (slow-loris bodies → 408). */
-  readonly requestTimeoutMs: number;
-  readonly keepAliveTimeoutMs: number;
-  /**
-   * Time a client may read nothing of a response whose upstream it holds back (a slow reader) before the proxy
-   * cuts it off (src/proxy/slow-client.ts), like nginx's send_timeout. Read by the lifecycle, not by the server.
-   */
-  readonly sendTimeoutMs: number;
-}
-
-export const DEFAULT_SERVER_TIMEOUTS: ServerTimeouts = {
-  headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, keepAliveTimeoutMs: 65_000, sendTimeoutMs: 60_000,
-};
+/** The listener's timeouts: `listen.*Timeout` (src/config/types.ts, ListenTimeouts). */
+export type ServerTimeouts = ListenTimeouts;
 
 /**
  * A reverse proxy is no tunnel: CONNECT gets a 405 and the connection closes
@@ -115,7 +103,7 @@ function createServer(handler: Handler, t: ServerTimeouts, tls: SecureContextOpt
 }
 
 export async function listen(handler: Handler, host: string, port: number, timeouts: Partial<ServerTimeouts> = {}, opts: ListenOptions = {}): Promise<Listener> {
-  const t = { ...DEFAULT_SERVER_TIMEOUTS, ...timeouts };
+  const t = { ...LISTEN_TIMEOUT_DEFAULTS, ...timeouts };
   const tls = opts.tls ?? null;
   const server = createServer(handler, t, tls, opts.http2 === true);
   const h2 = opts.http2 !== true ? null : tls !== null ? attachH2OverTls(server, handler, t) : attachH2c(server, handler, t);

@@ -11,7 +11,7 @@ import type { Config } from '../config/types.js';
 
 const LIVE: ReadonlySet<string> = new Set(['routes', 'logLevel', 'shutdownTimeoutMs']);
 /** Sections compared field by field, so the log names e.g. `upstream.timeout`. */
-const SECTIONS: ReadonlySet<string> = new Set(['upstream', 'store']);
+const SECTIONS: ReadonlySet<string> = new Set(['upstream', 'store', 'listenTimeouts']);
 
 export interface ReloadPlan {
   /** The configuration to run with: the new live fields, the old everything else. */
@@ -27,6 +27,8 @@ const same = (a: unknown, b: unknown): boolean => JSON.stringify(a) === JSON.str
 /** `timeoutMs` → `timeout`, `sweepIntervalMs` → `sweepInterval`: the YAML names. */
 const yamlName = (field: string): string => YAML_NAMES[field] ?? field.replace(/Ms$/, '');
 const YAML_NAMES: Readonly<Record<string, string>> = { listenTls: 'listen.tls', http2: 'listen.http2' };
+/** Sections whose fields live under another YAML name: `listenTimeouts.sendTimeoutMs` → `listen.sendTimeout`. */
+const SECTION_NAMES: Readonly<Record<string, string>> = { listenTimeouts: 'listen' };
 
 /** New certificate paths are live; TLS or mTLS switched on or off is not. */
 function tlsLive(current: Config, next: Config): boolean {
@@ -56,7 +58,7 @@ export function planReload(current: Config, next: Config): ReloadPlan {
       const rb = b as Record<string, unknown>;
       for (const sub of new Set([...Object.keys(ra), ...Object.keys(rb)])) {
         if (field === 'upstream' && sub === 'tls' && upstreamTlsLive(current, next)) continue;
-        if (!same(ra[sub], rb[sub])) restartNeeded.push(`${field}.${yamlName(sub)}`);
+        if (!same(ra[sub], rb[sub])) restartNeeded.push(`${SECTION_NAMES[field] ?? field}.${yamlName(sub)}`);
       }
     } else {
       restartNeeded.push(yamlName(field));

@@ -228,3 +228,19 @@ routes:
   assert.equal(config.routes[0]!.leaseMs, 24 * 86_400_000);
   assert.equal(config.routes[0]!.ttlMs, 365 * 86_400_000);
 });
+
+test("the client listener's timeouts: each at most 24d and above 0; the headers timeout no longer than the request timeout; defaults where unset", () => {
+  const errors = errorsOf(`${UPSTREAM}listen: { address: 127.0.0.1:8080, headersTimeout: 3m, sendTimeout: 0, keepAliveTimeout: 25d }\n`);
+  assert.deepEqual(errors, [
+    'listen.keepAliveTimeout: must be at most 24d: the proxy times it, and its timers run at most about 24.8 days (25d given) (line 2)',
+    'listen.sendTimeout: must be longer than 0 (line 2)',
+    'listen.headersTimeout: listen.headersTimeout (3m) must not be longer than listen.requestTimeout (2m): the whole request includes its headers (line 2)',
+  ]);
+  assert.deepEqual(errorsOf(`${UPSTREAM}listen: { requestTimeout: 10s }\n`), [
+    'listen.requestTimeout: listen.headersTimeout (20s) must not be longer than listen.requestTimeout (10s): the whole request includes its headers (line 2)',
+  ]);
+  const set = loadConfig({ text: `${UPSTREAM}listen: { address: 127.0.0.1:8080, keepAliveTimeout: 650s, sendTimeout: 5m }\n`, env: {} });
+  assert.deepEqual(set.listenTimeouts, { headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, keepAliveTimeoutMs: 650_000, sendTimeoutMs: 300_000 });
+  const plain = loadConfig({ text: `${UPSTREAM}listen: 127.0.0.1:8080\n`, env: {} });
+  assert.deepEqual(plain.listenTimeouts, { headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, keepAliveTimeoutMs: 65_000, sendTimeoutMs: 60_000 });
+});

@@ -26,7 +26,7 @@ const BIG = 16 * 1024 * 1024;
 const CHUNK = Buffer.alloc(64 * 1024, 9);
 
 const yaml = `
-listen: { address: 127.0.0.1:0, http2: true }
+listen: { address: 127.0.0.1:0, http2: true, sendTimeout: ${SEND_TIMEOUT_MS}ms }
 upstream: { timeout: ${UPSTREAM_TIMEOUT_MS}ms }
 routes:
   - name: open
@@ -76,7 +76,7 @@ describe('a client that reads slowly, or nothing', () => {
       res.end(() => (s.done = true));
     });
     logged = await startLoggedProxy({
-      upstream: upstream.url, databaseUrl: db.url, yaml, start: { serverTimeouts: { sendTimeoutMs: SEND_TIMEOUT_MS } },
+      upstream: upstream.url, databaseUrl: db.url, yaml,
     });
   });
   after(async () => {

@@ -15,7 +15,11 @@ import { sleep, waitFor } from '../helpers/wait.js';
 // before its request body is complete, and the listener's timeouts cut
 // clients that trickle headers or bodies.
 
+const HEADERS_TIMEOUT_MS = 800;
+const REQUEST_TIMEOUT_MS = 1200;
+const KEEP_ALIVE_MS = 1000;
 const YAML = `
+listen: { address: 127.0.0.1:0, headersTimeout: ${HEADERS_TIMEOUT_MS}ms, requestTimeout: ${REQUEST_TIMEOUT_MS}ms, keepAliveTimeout: ${KEEP_ALIVE_MS}ms }
 upstream: { timeout: 10s }
 defaults:
   lease: 1s
@@ -24,7 +28,6 @@ routes:
   - name: pay
     match: { path: "/pay/**" }
 `;
-const HEADERS_TIMEOUT_MS = 800;
 /** The server's answer, or (if it never closes the connection) what came within 2 s. */
 async function bounded(s: OpenSocket): Promise<RawReply> {
   const t = setTimeout(() => s.socket.destroy(), 2000);
@@ -34,7 +37,6 @@ async function bounded(s: OpenSocket): Promise<RawReply> {
     clearTimeout(t);
   }
 }
-const REQUEST_TIMEOUT_MS = 1200;
 
 describe('client faults', () => {
   let db: TestDatabase;
@@ -47,10 +49,7 @@ describe('client faults', () => {
   before(async () => {
     db = await createTestDatabase();
     up = await startControlledUpstream();
-    proxy = await startTestProxy({
-      upstream: up.url, databaseUrl: db.url, yaml: YAML,
-      start: { serverTimeouts: { headersTimeoutMs: HEADERS_TIMEOUT_MS, requestTimeoutMs: REQUEST_TIMEOUT_MS } },
-    });
+    proxy = await startTestProxy({ upstream: up.url, databaseUrl: db.url, yaml: YAML });
   });
 
   after(async () => {
@@ -149,5 +148,19 @@ describe('client faults', () => {
     assert.equal(reply.status, 408);
     assert.equal(await rowCount(db.url), before);
     assert.equal(up.executions(k), 0);
+  });
+  test('an idle client connection is closed after listen.keepAliveTimeout, and each answer says how long it is kept', async () => {
+    const k = key('idle');
+    up.behave(answer());
+    const s = await openSocket(proxy.url);
+    await s.write(`POST /pay/1 HTTP/1.1\r\nHost: x\r\nIdempotency-Key: ${k}\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{"amount":7}`);
+    await waitFor('the answer', async () => s.received().includes('\r\n\r\n'), 3000);
+    const answered = Date.now();
+    const reply = await bounded(s);
+    const idle = Date.now() - answered;
+    assert.equal(reply.status, 201);
+    assert.equal(reply.header('keep-alive'), `timeout=${KEEP_ALIVE_MS / 1000}`);
+    assert.equal(reply.closedByServer, true, 'the proxy closed it (the default would keep it 65 s)');
+    assert.ok(idle >= KEEP_ALIVE_MS - 100, `closed after ${idle} ms idle`);
   });
 });

@@ -66,7 +66,7 @@ test('every bad TLS or HTTP/2 value names its field', () => {
   assert.deepEqual(errorsOf(`${up}listen: { tls: { key: ${srv.key} } }`), ['listen.tls.cert: is required']);
   assert.deepEqual(errorsOf(`${up}listen: { tls: { cert: ${srv.cert} } }`), ['listen.tls.key: is required']);
   assert.deepEqual(errorsOf(`${up}listen: { http2: yes please }`), ['listen.http2: must be true or false']);
-  assert.deepEqual(errorsOf(`${up}listen: { adress: 127.0.0.1:1 }`), ['listen.adress: unknown field (expected one of: address, tls, http2)']);
+  assert.deepEqual(errorsOf(`${up}listen: { adress: 127.0.0.1:1 }`), ['listen.adress: unknown field (expected one of: address, tls, http2, headersTimeout, requestTimeout, keepAliveTimeout, sendTimeout)']);
   assert.deepEqual(errorsOf(`${up}listen: { address: nope }`), ['listen.address: must be "host:port" (e.g. 0.0.0.0:8080, [::1]:8080 or :8080); got "nope" (no port)']);
   assert.deepEqual(errorsOf(`${up}listen: { tls: { cert: ${srv.cert}, key: ${other.key} } }`).map((e) => e.replace(/\(error:.*\)/, '(…)')),
     ['listen.tls.key: the certificate and key cannot be used together (…)']);
@@ -95,4 +95,8 @@ test('a reload may move the certificate files; switching TLS or mTLS on or off, 
   assert.deepEqual(planReload(a, load('0.0.0.0:8080')).restartNeeded, ['listen.tls']);
   assert.deepEqual(planReload(a, load(`{ tls: { cert: ${srv.cert}, key: ${srv.key}, clientCa: ${pki.caFile} } }`)).restartNeeded, ['listen.tls']);
   assert.deepEqual(planReload(a, load(`{ tls: { cert: ${srv.cert}, key: ${srv.key} }, http2: true }`)).restartNeeded, ['listen.http2']);
+  // The listener's timeouts are set on it when it starts: named by their YAML paths.
+  const timed = planReload(a, load(`{ tls: { cert: ${srv.cert}, key: ${srv.key} }, keepAliveTimeout: 620s, sendTimeout: 5m }`));
+  assert.deepEqual(timed.restartNeeded, ['listen.keepAliveTimeout', 'listen.sendTimeout']);
+  assert.equal(timed.config.listenTimeouts.keepAliveTimeoutMs, 65_000, 'the running value is kept');
 });
