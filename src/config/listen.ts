@@ -10,7 +10,10 @@ import type { ListenTimeouts, ListenTls, RoutePolicy, UpstreamTls } from './type
 
 type Raw = Record<string, unknown>;
 
-/** The client listener's timeouts when the file sets none: Node's headers timeout, nginx's send_timeout, a keep-alive above a load balancer's usual 60 s idle timeout. */
+/**
+ * The client listener's timeouts when the file sets none: 20 s for the headers and 2 min for the whole request (slow
+ * loris), a keep-alive of 65 s (above a load balancer's usual 60 s idle timeout), a send timeout of 60 s (nginx's).
+ */
 export const LISTEN_TIMEOUT_DEFAULTS: ListenTimeouts = {
   headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, keepAliveTimeoutMs: 65_000, sendTimeoutMs: 60_000,
 };

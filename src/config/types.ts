@@ -110,7 +110,7 @@ export interface StoreConfig {
   readonly shardRouting: boolean; // on Citus: each tenant's statements to the node of its shard (docs/scale.md)
 }
 
-/** The client listener's timeouts (docs/configuration.md, Listener: timeouts). */
+/** The client listener's timeouts: `listen.*Timeout` (docs/configuration.md). */
 export interface ListenTimeouts {
   /** Time a client has to send the request headers (slow-loris headers → 408). */
   readonly headersTimeoutMs: number;
