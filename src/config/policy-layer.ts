@@ -42,7 +42,7 @@ export interface PolicyLayer {
 }
 
 const KNOWN_METHODS: ReadonlySet<string> = new Set(METHODS);
-const MAX_BODY = 1_073_741_824; // 1GiB: bodies are buffered, and PostgreSQL bytea stops at 1GB
+export const MAX_BODY = 1_073_741_824; // 1GiB: bodies are buffered, and PostgreSQL bytea stops at 1GB
 const JSON_POINTER = /^(\/([^~/]|~[01])*)*$/;
 const FRAMING_OR_HOP_BY_HOP: ReadonlySet<string> = new Set([
   'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'te', 'trailer', 'upgrade',

@@ -212,16 +212,17 @@ export function resolveConfig(tree: unknown, flags: ConfigFlags, env: Env, issue
   const address = listenAddress(raw);
   const listenSource = first([flags.listen, ['--listen']], [address.value, address.path]) ?? { value: DEFAULTS.listen, path: ['listen'] };
   if (address.value === '' && !given(flags.listen)) issues.add(address.path, 'is empty (is its variable unset?): give "host:port"');
+  const limits = resolveLimits(raw, issues);
   const config: Config = {
     listen: hostPort(listenSource, '0.0.0.0', issues) ?? { host: '0.0.0.0', port: 8080 },
     admin: resolveAdmin(raw, flags, issues),
     adminToken: resolveAdminToken(raw, issues),
     upstream: resolveUpstream(raw, flags, issues),
     store: resolveStore(raw, flags, env, issues),
-    limits: resolveLimits(raw, issues),
+    limits,
     logLevel: resolveLogLevel(raw, flags, issues),
     shutdownTimeoutMs: duration(raw, 'shutdownTimeout', [], DEFAULTS.shutdownTimeoutMs, issues),
-    routes: resolveRoutes(raw.defaults, raw.routes, issues),
+    routes: resolveRoutes(raw.defaults, raw.routes, issues, limits.maxBufferedBytes),
     listenTls: resolveListenTls(raw, issues),
     http2: resolveHttp2(raw),
     listenTimeouts: resolveListenTimeouts(raw, issues),

@@ -6,8 +6,8 @@
 import type { KeySource, Profile, RoutePolicy } from './types.js';
 import type { Issues, Path } from './issues.js';
 import { formatPath } from './issues.js';
-import { isRecord, readMethods, readPolicyLayer, type PolicyLayer } from './policy-layer.js';
-import { formatDuration } from './units.js';
+import { isRecord, MAX_BODY, readMethods, readPolicyLayer, type PolicyLayer } from './policy-layer.js';
+import { formatDuration, formatSize } from './units.js';
 import { ACP_MIN_TTL_MS, presetLayer } from './profiles.js';
 
 type Resolved = Omit<RoutePolicy, 'name' | 'match' | 'key'>;
@@ -154,6 +154,18 @@ function crossCheck(m: Merge, p: Resolved, match: RoutePolicy['match'], issues: 
  * probe would never be sent, which is a mistake worth stopping for (an
  * outcomeProbe in defaults is checked once every route is resolved).
  */
+/**
+ * A keyed route buffers each request body whole, inside limits.maxBufferedBytes: a body larger than the whole
+ * budget could never be admitted, and its client would be told `503 overloaded`, retryable, for ever.
+ */
+function budgetCheck(m: Merge, p: Resolved, bufferedBytes: number, issues: Issues): void {
+  // Over 1GiB it is refused on its own (policy-layer.ts).
+  if (p.mode === 'passthrough' || p.maxBodyBytes <= bufferedBytes || p.maxBodyBytes > MAX_BODY) return;
+  const at = m.isSet('maxBodyBytes') ? m.blame('maxBodyBytes') : ['limits', 'maxBufferedBytes'];
+  issues.add(at, `maxBodyBytes (${formatSize(p.maxBodyBytes)}) must not be larger than limits.maxBufferedBytes (${formatSize(bufferedBytes)}), ` +
+    'the memory all buffered request bodies share: a body that large could never be admitted (503 overloaded, for ever); lower maxBodyBytes or raise limits.maxBufferedBytes');
+}
+
 function probeCheck(m: Merge, p: Resolved, issues: Issues): void {
   if (p.onExpiredLease === 'probe' && p.outcomeProbe === null) {
     issues.add(m.blame('onExpiredLease'), 'onExpiredLease: probe needs outcomeProbe: { method, path }, the request that asks the upstream whether the operation ran (e.g. { method: GET, path: "/v1/orders/by-idempotency-key/{key}" })');
@@ -176,7 +188,7 @@ function profileCheck(m: Merge, p: Resolved, profile: Profile, issues: Issues): 
   }
 }
 
-function resolvePolicy(route: PolicyLayer, defaults: PolicyLayer, name: string, match: RoutePolicy['match'], issues: Issues): RoutePolicy {
+function resolvePolicy(route: PolicyLayer, defaults: PolicyLayer, name: string, match: RoutePolicy['match'], issues: Issues, bufferedBytes: number): RoutePolicy {
   const m = new Merge(layersOf(route, defaults), route.path);
   const profile = route.profile ?? defaults.profile ?? BUILTIN_POLICY.profile;
   const leaseMs = m.take('leaseMs');
@@ -215,6 +227,7 @@ function resolvePolicy(route: PolicyLayer, defaults: PolicyLayer, name: string, 
     fromProfile: m.fromProfile,
   };
   crossCheck(m, policy, match, issues);
+  budgetCheck(m, policy, bufferedBytes, issues);
   profileCheck(m, policy, profile, issues);
   return { name, match, key: keyOf(route) ?? keyOf(defaults) ?? BUILTIN_KEY, ...policy };
 }
@@ -230,12 +243,15 @@ function readMatch(raw: unknown, path: Path, issues: Issues): RoutePolicy['match
 }
 
 /** The resolved routes, in file order. */
-export function resolveRoutes(rawDefaults: unknown, rawRoutes: unknown, issues: Issues): RoutePolicy[] {
+/**
+ * `bufferedBytes`: limits.maxBufferedBytes, the memory every buffered request body shares (src/lifecycle/budget.ts).
+ */
+export function resolveRoutes(rawDefaults: unknown, rawRoutes: unknown, issues: Issues, bufferedBytes: number): RoutePolicy[] {
   const defaults = readPolicyLayer(rawDefaults, ['defaults'], issues);
   const list = Array.isArray(rawRoutes) ? rawRoutes : [];
   if (list.length === 0) {
     const implicit: PolicyLayer = { path: ['defaults'], fingerprint: {} };
-    return [resolvePolicy(implicit, defaults, 'default', { methods: null, path: '/**' }, issues)];
+    return [resolvePolicy(implicit, defaults, 'default', { methods: null, path: '/**' }, issues, bufferedBytes)];
   }
   const seen = new Map<string, number>();
   const routes: RoutePolicy[] = [];
@@ -254,7 +270,7 @@ export function resolveRoutes(rawDefaults: unknown, rawRoutes: unknown, issues: 
       issues.add(path, `is never used: ${formatPath(['routes', catchAll])} already matches every request (path /** with no methods)`);
     }
     if (catchAll === null && isRecord(r.match) && r.match.path === '/**' && match.methods === null) catchAll = index;
-    routes.push(resolvePolicy(readPolicyLayer(raw, path, issues), defaults, name, match, issues));
+    routes.push(resolvePolicy(readPolicyLayer(raw, path, issues), defaults, name, match, issues, bufferedBytes));
   });
   if (defaults.outcomeProbe !== undefined && !routes.some((r) => r.onExpiredLease === 'probe')) {
     issues.add(['defaults', 'outcomeProbe'], 'outcomeProbe is never sent: no route has onExpiredLease: probe; set it, or remove outcomeProbe');

@@ -244,3 +244,24 @@ test("the client listener's timeouts: each at most 24d and above 0; the headers 
   const plain = loadConfig({ text: `${UPSTREAM}listen: 127.0.0.1:8080\n`, env: {} });
   assert.deepEqual(plain.listenTimeouts, { headersTimeoutMs: 20_000, requestTimeoutMs: 120_000, keepAliveTimeoutMs: 65_000, sendTimeoutMs: 60_000 });
 });
+
+test('a keyed route whose maxBodyBytes is larger than limits.maxBufferedBytes is an error: such a body could never be admitted', () => {
+  const tail = 'the memory all buffered request bodies share: a body that large could never be admitted (503 overloaded, for ever); lower maxBodyBytes or raise limits.maxBufferedBytes';
+  const errors = errorsOf(`${UPSTREAM}limits: { maxBufferedBytes: 64MiB }
+defaults: { maxBodyBytes: 128MiB }
+routes:
+  - { name: uploads, match: { path: /uploads/** }, maxBodyBytes: 512MiB }
+  - { name: files, match: { path: /files/** }, mode: passthrough }
+  - { name: pay, match: { path: /pay/** } }
+`);
+  assert.deepEqual(errors, [
+    `defaults.maxBodyBytes: maxBodyBytes (128MiB) must not be larger than limits.maxBufferedBytes (64MiB), ${tail} (line 3)`,
+    `routes[0].maxBodyBytes: maxBodyBytes (512MiB) must not be larger than limits.maxBufferedBytes (64MiB), ${tail} (line 5)`,
+  ]);
+  // The budget below the built-in 1MiB: blamed on the budget.
+  assert.deepEqual(errorsOf(`${UPSTREAM}limits: { maxBufferedBytes: 512KiB }\n`), [
+    `limits.maxBufferedBytes: maxBodyBytes (1MiB) must not be larger than limits.maxBufferedBytes (512KiB), ${tail} (line 2)`,
+  ]);
+  // Pass-through routes stream their bodies: any size.
+  loadConfig({ text: `${UPSTREAM}limits: { maxBufferedBytes: 512KiB }\nroutes:\n  - { name: all, match: { path: /** }, mode: passthrough }\n`, env: {} });
+});
