@@ -231,7 +231,7 @@ export async function startProxy(config: Config, opts: StartOptions = {}): Promi
         const upstreamTlsChanged = upstream.tls.reload(plan.config.upstream.tls);
         live = { config: plan.config, plans: new Plans(nextRouter, { cache: hasCache }) };
         if (opts.logger === undefined && logger.level !== plan.config.logLevel) logger.level = plan.config.logLevel;
-        if (plan.changed.includes('routes')) warnTradeOffs(plan.config, logger);
+        if (plan.changed.includes('routes') || plan.changed.includes('shutdownTimeout')) warnTradeOffs(plan.config, logger);
         const changed = [...plan.changed, ...(tlsChanged ? ['listen.tls'] : []), ...(upstreamTlsChanged ? ['upstream.tls'] : [])];
         return { routes: nextRouter.routes.map((r) => r.name), changed, restartNeeded: plan.restartNeeded };
       },
@@ -296,5 +296,10 @@ function warnTradeOffs(config: Config, logger: Logger): void {
   if (short.length > 0) {
     logger.warn({ routes: short, storeTimeoutMs: storeMs },
       'lease shorter than 1.5 × store.timeout on these routes: an extension the store answers slowly can land after the lease ran out, and a retry that came meanwhile runs the operation again');
+  }
+  // At the shutdown deadline the requests still running are cut; their keys stay claimed until the lease ends.
+  if (config.shutdownTimeoutMs < config.upstream.timeoutMs && config.routes.some((r) => r.mode !== 'passthrough')) {
+    logger.warn({ shutdownTimeoutMs: config.shutdownTimeoutMs, upstreamTimeoutMs: config.upstream.timeoutMs },
+      'shutdownTimeout is shorter than upstream.timeout: at shutdown a request whose upstream answers slower than shutdownTimeout is cut off, its key stays claimed until its lease runs out, and then (onExpiredLease) a retry may run the operation again');
   }
 }

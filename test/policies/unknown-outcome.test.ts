@@ -15,6 +15,8 @@ import { waitFor } from '../helpers/wait.js';
 
 const YAML = `
 upstream: { timeout: 400ms }
+# Under upstream.timeout: warned about at start. The tests' own shutdown deadline (5 s) is what the proxy uses.
+shutdownTimeout: 300ms
 defaults:
   tenant: { constant: t }
 routes:
@@ -98,6 +100,11 @@ describe('onUnknownOutcome', () => {
     assert.ok(lease, `no lease warning in ${JSON.stringify(warnings)}`);
     assert.deepEqual(lease.routes, ['quick-lease']);
     assert.equal(lease.storeTimeoutMs, 5000);
+    // shutdownTimeout (300ms here) under upstream.timeout (400ms): a request running at the deadline is cut, its key left to its lease.
+    const shutdown = warnings.find((l) => /shutdownTimeout is shorter than upstream\.timeout/.test(String(l.msg)));
+    assert.ok(shutdown, `no shutdown warning in ${JSON.stringify(warnings)}`);
+    assert.equal(shutdown.shutdownTimeoutMs, 300);
+    assert.equal(shutdown.upstreamTimeoutMs, 400);
     // Logged before the proxy starts listening.
     const listening = lines.findIndex((l) => l.msg === 'proxy listening');
     assert.ok(lines.indexOf(release) < listening && lines.indexOf(pass) < listening);
