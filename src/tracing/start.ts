@@ -55,6 +55,7 @@ export function startTracing(config: TracingConfig, hooks: TracingHooks, env: No
   const version = proxyVersion();
   const encoder = encoderFor(config, envelope(config, env, version));
   const batch = batchOptions(env);
+  checkExportTimeouts(env);
   const recorder = new Recorder(encoder, exporter(config, encoder.contentType, env, version), {
     ...batch,
     concurrency: EXPORTS_IN_FLIGHT,
@@ -101,15 +102,28 @@ export interface BatchOptions {
   readonly delayMs: number;
 }
 
+/** A whole number above 0 (at most `max`) from the variable `name`, or `fallback` when it is unset or empty. */
+function wholeNumber(env: NodeJS.ProcessEnv, name: string, fallback: number, max = Number.MAX_SAFE_INTEGER): number {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === '') return fallback;
+  const n = Number(raw.trim());
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`${name}=${raw}: a whole number above 0`);
+  if (n > max) throw new Error(`${name}=${raw}: at most ${max}`);
+  return n;
+}
+
+/**
+ * The export timeout (OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT, milliseconds) is read by OpenTelemetry's exporter
+ * configuration, which ignores a bad value in silence; checked here so that one stops the start, naming the
+ * variable, and so that one past a timer's limit (about 24.8 days: it would fire after 1 ms, every export failing) is refused.
+ */
+function checkExportTimeouts(env: NodeJS.ProcessEnv): void {
+  wholeNumber(env, 'OTEL_EXPORTER_OTLP_TRACES_TIMEOUT', 0, MAX_TIMED_MS);
+  wholeNumber(env, 'OTEL_EXPORTER_OTLP_TIMEOUT', 0, MAX_TIMED_MS);
+}
+
 function batchOptions(env: NodeJS.ProcessEnv): BatchOptions {
-  const read = (name: string, fallback: number, max = Number.MAX_SAFE_INTEGER): number => {
-    const raw = env[name];
-    if (raw === undefined || raw.trim() === '') return fallback;
-    const n = Number(raw.trim());
-    if (!Number.isInteger(n) || n <= 0) throw new Error(`${name}=${raw}: a whole number above 0`);
-    if (n > max) throw new Error(`${name}=${raw}: at most ${max}`);
-    return n;
-  };
+  const read = (name: string, fallback: number, max?: number): number => wholeNumber(env, name, fallback, max);
   const maxQueue = read('OTEL_BSP_MAX_QUEUE_SIZE', DEFAULT_MAX_QUEUE);
   return { maxQueue, maxBatch: Math.min(read('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', DEFAULT_MAX_EXPORT_BATCH), maxQueue), delayMs: read('OTEL_BSP_SCHEDULE_DELAY', 5_000, MAX_TIMED_MS) };
 }

@@ -197,5 +197,8 @@ describe('the span recorder', () => {
     assert.throws(() => startTracing(config('http://127.0.0.1:9'), { onLoss: () => {} }, { OTEL_BSP_SCHEDULE_DELAY: '-5' }), /OTEL_BSP_SCHEDULE_DELAY=-5/);
     // Past a timer's limit (about 24.8 days) Node fires the export timer after 1 ms: a batch sent for every few spans.
     assert.throws(() => startTracing(config('http://127.0.0.1:9'), { onLoss: () => {} }, { OTEL_BSP_SCHEDULE_DELAY: '3000000000' }), /OTEL_BSP_SCHEDULE_DELAY=3000000000: at most 2073600000/);
+    // The export timeout: OpenTelemetry's configuration would ignore a bad one in silence, and time every export out at once past a timer's limit.
+    assert.throws(() => startTracing(config('http://127.0.0.1:9'), { onLoss: () => {} }, { OTEL_EXPORTER_OTLP_TIMEOUT: 'soon' }), /OTEL_EXPORTER_OTLP_TIMEOUT=soon: a whole number above 0/);
+    assert.throws(() => startTracing(config('http://127.0.0.1:9'), { onLoss: () => {} }, { OTEL_EXPORTER_OTLP_TRACES_TIMEOUT: '3000000000' }), /OTEL_EXPORTER_OTLP_TRACES_TIMEOUT=3000000000: at most 2073600000/);
   });
 });
