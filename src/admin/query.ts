@@ -71,13 +71,19 @@ function state(v: string | undefined): KeyState | null {
   return v as KeyState;
 }
 
+/** No record is older than this: 100 years. PostgreSQL's timestamps end some 4 700 years back, and a longer age failed there. */
+const MAX_AGE_MS = 36_500 * 86_400_000;
+
 function olderThan(v: string | undefined): number | null {
   if (v === undefined) return null;
+  let ms: number;
   try {
-    return parseDuration(v);
+    ms = parseDuration(v);
   } catch (err) {
     throw new AdminInputError('olderThan', `${(err as Error).message} (e.g. 15m, 2h, 1h30m)`);
   }
+  if (ms > MAX_AGE_MS) throw new AdminInputError('olderThan', `must be at most 36500d (100 years); got ${v}`);
+  return ms;
 }
 
 function flag(v: string | undefined): boolean {

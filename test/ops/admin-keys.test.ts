@@ -224,6 +224,8 @@ describe('bad input gets a problem naming the field', () => {
     ['/admin/keys?cursor=W1siYSJd', 'cursor'],
     ['/admin/keys?tenantId=nobody-here', 'tenantId'],
     ['/admin/keys?olderThan=yesterday', 'olderThan'],
+    // An age past PostgreSQL's first timestamp was its error, 'timestamp out of range'.
+    ['/admin/keys?olderThan=100000000d', 'olderThan'],
     ['/admin/keys?limit=0', 'limit'],
     ['/admin/keys?limit=5000', 'limit'],
     ['/admin/keys?body=yes', 'body'],

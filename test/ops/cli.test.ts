@@ -77,6 +77,7 @@ describe('errors name what was wrong', () => {
     await fails(['keys', 'resolve', '--tenant-id', 't', '--key', 'k', '--as', 'maybe'], /Invalid values:[\s\S]*as/);
     await fails(['keys', 'list', '--state', 'stuck'], /--state: unknown state "stuck": one of in_flight, complete, outcome_unknown/);
     await fails(['keys', 'list', '--older-than', 'soon'], /--older-than: invalid duration "soon"/);
+    await fails(['keys', 'list', '--older-than', '100000000d'], /--older-than: must be at most 36500d \(100 years\); got 100000000d/);
     await fails(['keys', 'list', '--limit', '0'], /--limit: must be a whole number from 1 to 1000/);
     await fails(['keys', 'list', '--cursor', '!!'], /--cursor: malformed/);
   });
