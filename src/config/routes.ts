@@ -150,11 +150,6 @@ function crossCheck(m: Merge, p: Resolved, match: RoutePolicy['match'], issues: 
 }
 
 /**
- * onExpiredLease: probe needs the probe; a route's own outcomeProbe without
- * probe would never be sent, which is a mistake worth stopping for (an
- * outcomeProbe in defaults is checked once every route is resolved).
- */
-/**
  * A keyed route buffers each request body whole, inside limits.maxBufferedBytes: a body larger than the whole
  * budget could never be admitted, and its client would be told `503 overloaded`, retryable, for ever.
  */
@@ -166,6 +161,11 @@ function budgetCheck(m: Merge, p: Resolved, bufferedBytes: number, issues: Issue
     'the memory all buffered request bodies share: a body that large could never be admitted (503 overloaded, for ever); lower maxBodyBytes or raise limits.maxBufferedBytes');
 }
 
+/**
+ * onExpiredLease: probe needs the probe; a route's own outcomeProbe without
+ * probe would never be sent, which is a mistake worth stopping for (an
+ * outcomeProbe in defaults is checked once every route is resolved).
+ */
 function probeCheck(m: Merge, p: Resolved, issues: Issues): void {
   if (p.onExpiredLease === 'probe' && p.outcomeProbe === null) {
     issues.add(m.blame('onExpiredLease'), 'onExpiredLease: probe needs outcomeProbe: { method, path }, the request that asks the upstream whether the operation ran (e.g. { method: GET, path: "/v1/orders/by-idempotency-key/{key}" })');
@@ -242,9 +242,9 @@ function readMatch(raw: unknown, path: Path, issues: Issues): RoutePolicy['match
   return { methods, path: routePath };
 }
 
-/** The resolved routes, in file order. */
 /**
- * `bufferedBytes`: limits.maxBufferedBytes, the memory every buffered request body shares (src/lifecycle/budget.ts).
+ * The resolved routes, in file order. `bufferedBytes`: limits.maxBufferedBytes, the memory every buffered request
+ * body shares (src/lifecycle/budget.ts).
  */
 export function resolveRoutes(rawDefaults: unknown, rawRoutes: unknown, issues: Issues, bufferedBytes: number): RoutePolicy[] {
   const defaults = readPolicyLayer(rawDefaults, ['defaults'], issues);

@@ -3,7 +3,8 @@ import type http from 'node:http';
 import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { MAX_HEADER_BYTES } from './framing.js';
-import type { Handler, ServerTimeouts } from './server.js';
+import type { ListenTimeouts } from '../config/types.js';
+import type { Handler } from './server.js';
 
 // HTTP/2 beside HTTP/1.1 on one port (docs/configuration.md, Listener). The
 // HTTP/1.1 server owns the port; a connection that speaks HTTP/2 is handed to
@@ -74,7 +75,7 @@ function adapt(req: http2.Http2ServerRequest, res: http2.Http2ServerResponse): v
   if (!('destroyed' in (res as object))) Object.defineProperty(res, 'destroyed', { get: () => res.stream.destroyed });
 }
 
-function createH2Server(handler: Handler, t: ServerTimeouts): { server: http2.Http2Server; front: H2Front } {
+function createH2Server(handler: Handler, t: ListenTimeouts): { server: http2.Http2Server; front: H2Front } {
   const sessions = new Set<http2.ServerHttp2Session>();
   let draining = false;
   const server = http2.createServer({
@@ -114,7 +115,7 @@ function takeListener(server: http.Server, event: 'connection' | 'secureConnecti
 }
 
 /** TLS: ALPN decided. */
-export function attachH2OverTls(h1: http.Server, handler: Handler, t: ServerTimeouts): H2Front {
+export function attachH2OverTls(h1: http.Server, handler: Handler, t: ListenTimeouts): H2Front {
   const { server, front } = createH2Server(handler, t);
   const toH1 = takeListener(h1, 'secureConnection');
   h1.on('secureConnection', (socket: TLSSocket) => {
@@ -125,7 +126,7 @@ export function attachH2OverTls(h1: http.Server, handler: Handler, t: ServerTime
 }
 
 /** Clear text: the connection preface decides (h2c with prior knowledge). */
-export function attachH2c(h1: http.Server, handler: Handler, t: ServerTimeouts): H2Front {
+export function attachH2c(h1: http.Server, handler: Handler, t: ListenTimeouts): H2Front {
   const { server, front } = createH2Server(handler, t);
   const toH1 = takeListener(h1, 'connection');
   h1.on('connection', (socket: Socket) => {

@@ -28,9 +28,6 @@ export interface Listener {
   close(deadlineMs: number): Promise<void>;
 }
 
-/** The listener's timeouts: `listen.*Timeout` (src/config/types.ts, ListenTimeouts). */
-export type ServerTimeouts = ListenTimeouts;
-
 /**
  * A reverse proxy is no tunnel: CONNECT gets a 405 and the connection closes
  * (without a listener Node would leave the socket open until a timeout).
@@ -76,7 +73,7 @@ export interface ListenOptions {
   readonly onTlsError?: (err: NodeJS.ErrnoException, socket: TLSSocket) => void;
 }
 
-function createServer(handler: Handler, t: ServerTimeouts, tls: SecureContextOptions | null | undefined, h2: boolean): http.Server {
+function createServer(handler: Handler, t: ListenTimeouts, tls: SecureContextOptions | null | undefined, h2: boolean): http.Server {
   const options: http.ServerOptions = {
     keepAliveTimeout: t.keepAliveTimeoutMs,
     headersTimeout: t.headersTimeoutMs,
@@ -102,7 +99,7 @@ function createServer(handler: Handler, t: ServerTimeouts, tls: SecureContextOpt
   }, handler) as unknown as http.Server;
 }
 
-export async function listen(handler: Handler, host: string, port: number, timeouts: Partial<ServerTimeouts> = {}, opts: ListenOptions = {}): Promise<Listener> {
+export async function listen(handler: Handler, host: string, port: number, timeouts: Partial<ListenTimeouts> = {}, opts: ListenOptions = {}): Promise<Listener> {
   const t = { ...LISTEN_TIMEOUT_DEFAULTS, ...timeouts };
   const tls = opts.tls ?? null;
   const server = createServer(handler, t, tls, opts.http2 === true);

@@ -123,9 +123,9 @@ function checkExportTimeouts(env: NodeJS.ProcessEnv): void {
 }
 
 function batchOptions(env: NodeJS.ProcessEnv): BatchOptions {
-  const read = (name: string, fallback: number, max?: number): number => wholeNumber(env, name, fallback, max);
-  const maxQueue = read('OTEL_BSP_MAX_QUEUE_SIZE', DEFAULT_MAX_QUEUE);
-  return { maxQueue, maxBatch: Math.min(read('OTEL_BSP_MAX_EXPORT_BATCH_SIZE', DEFAULT_MAX_EXPORT_BATCH), maxQueue), delayMs: read('OTEL_BSP_SCHEDULE_DELAY', 5_000, MAX_TIMED_MS) };
+  const maxQueue = wholeNumber(env, 'OTEL_BSP_MAX_QUEUE_SIZE', DEFAULT_MAX_QUEUE);
+  const maxBatch = Math.min(wholeNumber(env, 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE', DEFAULT_MAX_EXPORT_BATCH), maxQueue);
+  return { maxQueue, maxBatch, delayMs: wholeNumber(env, 'OTEL_BSP_SCHEDULE_DELAY', 5_000, MAX_TIMED_MS) };
 }
 
 /** A request the recorder has encoded, as the export delegate's "internal representation". */
