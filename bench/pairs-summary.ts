@@ -2,8 +2,8 @@
 // target on several runs). One run of a pair moves by about ±3 % on a
 // two-core machine, and the tracing target is 5 % wide, so single runs fall
 // on both sides of it. This reads the raw results of several runs and, for
-// each pair measured alike (the same pair and setting, build, Node and
-// NODE_OPTIONS), puts each run's median CPU per request beside their mean
+// each pair measured alike (the same pair and setting, build, Node,
+// NODE_OPTIONS and priming), puts each run's median CPU per request beside their mean
 // and its one-sided 95 % bounds; for the tracing pairs it says whether those
 // runs decide the target (met, missed, not decided) against the limit the
 // single runs' report names (lib/pooled.ts). Not a bench run: it measures
@@ -20,7 +20,8 @@ const x = (v: number | null): string => (v === null ? '—' : `${v.toFixed(3)}×
 function describe(g: PairGroup): string {
   const other = g.otherBuild === null ? '' : ` against BENCH_OTHER's ${g.otherBuild}`;
   const options = g.nodeOptions === null ? '' : ` (NODE_OPTIONS=${g.nodeOptions})`;
-  return `**${g.id}**, build ${g.build ?? '(not recorded)'}${other}, Node ${g.node}${options}: ${g.title}`;
+  const primed = g.primeS === null ? '' : `, primed ${g.primeS} s`;
+  return `**${g.id}**, build ${g.build ?? '(not recorded)'}${other}, Node ${g.node}${options}${primed}: ${g.title}`;
 }
 
 export function renderPooled(groups: readonly PairGroup[]): string {

@@ -210,7 +210,10 @@ function tracedSetting(env: NodeJS.ProcessEnv, extra: Readonly<Record<string, st
  * The tracing pairs: two proxies on the run's database, one with tracing off and one exporting its
  * spans to a sink of its own (BENCH_OTEL_* and BENCH_TRACE_ENV say how), each in front of an upstream
  * of its own, started for the pairs and stopped after them. The sink's CPU is counted with the traced
- * side's upstream.
+ * side's upstream. The first pair primes the fresh proxies for BENCH_TRACE_PRIME seconds, not BENCH_PRIME's
+ * 2: the traced one has more code for V8 to optimise, and its compiler threads, counted in its CPU, are busy
+ * with it for the first 15-20 s of new-key load (bench/README.md, BENCH_TRACE_PRIME). A second pair runs on
+ * the proxies already warm, primed for BENCH_PRIME.
  */
 async function runTracePairs(ctx: BenchContext, databaseUrl: string | null, ids: readonly string[]): Promise<PairResult[]> {
   // The traced side's settings (its sink's address aside), for the titles.
@@ -224,16 +227,16 @@ async function runTracePairs(ctx: BenchContext, databaseUrl: string | null, ids:
     const off = await start(startProxy(ctx, { name: 'proxy-trace-off', upstream: forOff.url, databaseUrl, redisUrl: null }));
     const on = await start(startProxy(ctx, { name: 'proxy-trace-on', upstream: forOn.url, databaseUrl, redisUrl: null, env: { ...tracedEnv(sink.url), ...ctx.opts.traceEnv } }));
     return [{ server: off, upstream: forOff }, { server: on, upstream: forOn, others: [sink] }];
-  }, (a, b) => measureShapes(ctx, shapes, (shape) => withSpansLost([b], () => measurePair(ctx, a, b, shape))),
+  }, (a, b) => measureShapes(ctx, shapes, (shape, i) => withSpansLost([b], () => measurePair(ctx, a, b, shape, i === 0 ? ctx.opts.tracePrimeS : ctx.opts.primeS))),
   (error) => shapes.map((s) => failedPair(error, s)));
 }
 
-/** Each shape measured in turn on the same two sides, until the run is interrupted. */
-async function measureShapes(ctx: BenchContext, shapes: readonly PairShape[], one: (shape: PairShape) => Promise<PairResult>): Promise<PairResult[]> {
+/** Each shape measured in turn on the same two sides (`i`: its place, 0 first), until the run is interrupted. */
+async function measureShapes(ctx: BenchContext, shapes: readonly PairShape[], one: (shape: PairShape, i: number) => Promise<PairResult>): Promise<PairResult[]> {
   const out: PairResult[] = [];
-  for (const shape of shapes) {
+  for (const [i, shape] of shapes.entries()) {
     if (ctx.interrupted()) break;
-    out.push(await one(shape));
+    out.push(await one(shape, i));
   }
   return out;
 }

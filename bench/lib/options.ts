@@ -11,6 +11,8 @@ export interface RunOptions {
   readonly durationS: number;
   readonly warmupS: number;
   readonly primeS: number; // seconds per step of the uncounted first round (0: none)
+  /** BENCH_TRACE_PRIME: seconds the tracing pairs' first pair primes its two fresh proxies (0: none); a second pair on them primes primeS. */
+  readonly tracePrimeS: number;
   readonly reps: number;
   readonly big: boolean; // claim latency at 10^7 rows instead of 10^6
   readonly noPin: boolean;
@@ -114,6 +116,7 @@ export function parseRunOptions(argv: readonly string[], env: NodeJS.ProcessEnv)
     durationS: int(env, 'BENCH_DURATION', 8, 1, 120),
     warmupS: int(env, 'BENCH_WARMUP', 1, 0, 30),
     primeS: int(env, 'BENCH_PRIME', 2, 0, 30),
+    tracePrimeS: int(env, 'BENCH_TRACE_PRIME', 30, 0, 120),
     reps: Math.round(int(env, 'BENCH_REPS', 3, 1, 20)),
     big: env['BENCH_BIG'] === '1',
     noPin: env['BENCH_NO_PIN'] === '1',

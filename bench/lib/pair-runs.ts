@@ -2,8 +2,8 @@
 // (bench/results/<run>.json) and grouped for pooling (bench/pairs-summary.ts):
 // runs are pooled only when they measured the same thing — the same pair
 // (its id and title, which carries the traced side's setting), the same
-// build (and, for a build pair, the same other build), the same Node and
-// the same NODE_OPTIONS.
+// build (and, for a build pair, the same other build), the same Node, the
+// same NODE_OPTIONS and the same priming.
 import { readFileSync } from 'node:fs';
 import type { PairResult } from './pair.js';
 
@@ -48,9 +48,11 @@ export function readRunPairs(file: string): RunPairs {
     if (v === undefined || v === null) continue;
     const list = Array.isArray(v) ? v : [v];
     list.forEach((p, i) => {
+      const where = `${file}: ${field}${Array.isArray(v) ? `[${i}]` : ''}`;
       if (!isObject(p) || !isObject(p['shape']) || typeof p['shape']['id'] !== 'string' || typeof p['shape']['title'] !== 'string' || !Array.isArray(p['rounds'])) {
-        throw new Error(`${file}: ${field}${Array.isArray(v) ? `[${i}]` : ''}: not a pair's result (shape.id, shape.title, rounds)`);
+        throw new Error(`${where}: not a pair's result (shape.id, shape.title, rounds)`);
       }
+      if (p['primeS'] !== undefined && (typeof p['primeS'] !== 'number' || !(p['primeS'] >= 0))) throw new Error(`${where}: primeS: not a number of seconds`);
       pairs.push(p as unknown as PairResult);
     });
   }
@@ -68,6 +70,8 @@ export interface PairGroup {
   readonly build: string | null;
   readonly otherBuild: string | null;
   readonly nodeOptions: string | null;
+  /** Seconds of uncounted load before the counted rounds; null for results written before it was recorded. */
+  readonly primeS: number | null;
   readonly runs: Array<{ readonly file: string; readonly startedAt: string; readonly cpuRatio: number }>;
   readonly left: Array<{ readonly file: string; readonly why: string }>;
 }
@@ -89,10 +93,11 @@ export function groupPairs(runs: readonly RunPairs[]): PairGroup[] {
   for (const run of ordered) {
     for (const p of run.pairs) {
       const otherBuild = p.shape.id.startsWith('build-pair') ? run.otherBuild : null;
-      const key = JSON.stringify([p.shape.id, p.shape.title, run.node, run.build, otherBuild, run.nodeOptions]);
+      const primeS = p.primeS ?? null;
+      const key = JSON.stringify([p.shape.id, p.shape.title, run.node, run.build, otherBuild, run.nodeOptions, primeS]);
       let g = groups.get(key);
       if (g === undefined) {
-        g = { id: p.shape.id, title: p.shape.title, node: run.node, build: run.build, otherBuild, nodeOptions: run.nodeOptions, runs: [], left: [] };
+        g = { id: p.shape.id, title: p.shape.title, node: run.node, build: run.build, otherBuild, nodeOptions: run.nodeOptions, primeS, runs: [], left: [] };
         groups.set(key, g);
       }
       const why = unusable(p);

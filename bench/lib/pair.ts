@@ -73,6 +73,8 @@ export interface PairResult {
   readonly totalCpuRatio: number | null; // median, each side with its upstream
   /** The tracing pairs: spans the traced side logged as lost during this pair (lib/lost-spans.ts); null when its log could not be read. */
   readonly spansLost?: number | null;
+  /** Seconds both sides were loaded, uncounted, before the counted rounds (0: none); absent in results written before it was recorded. */
+  readonly primeS?: number;
 }
 
 const PASS = SCENARIOS.find((s) => s.id === 'pass')!;
@@ -114,7 +116,8 @@ function cpuSeconds(before: readonly CpuReading[], after: readonly CpuReading[])
   });
 }
 
-export async function measurePair(ctx: BenchContext, baselineSide: PairSide, proxySide: PairSide, shape: PairShape = PASS_PAIR): Promise<PairResult> {
+/** `primeS`: the uncounted first round's seconds (BENCH_PRIME unless the caller knows its sides need longer). */
+export async function measurePair(ctx: BenchContext, baselineSide: PairSide, proxySide: PairSide, shape: PairShape = PASS_PAIR, primeS = ctx.opts.primeS): Promise<PairResult> {
   const baseline = baselineSide.server;
   const proxy = proxySide.server;
   // baseline, proxy, the baseline's upstream, the proxy's upstream; then the others of each side
@@ -122,7 +125,7 @@ export async function measurePair(ctx: BenchContext, baselineSide: PairSide, pro
   const othersB = (proxySide.others ?? []).map((o) => o.pid);
   const pids = [baseline.pid, proxy.pid, baselineSide.upstream.pid, proxySide.upstream.pid, ...othersA, ...othersB];
   const rounds: PairRound[] = [];
-  const { durationS, warmupS, primeS, reps } = ctx.opts;
+  const { durationS, warmupS, reps } = ctx.opts;
   // Round 0 primes both (BENCH_PRIME seconds, not counted), as the repetitions do.
   for (let round = primeS > 0 ? 0 : 1; round <= reps && !ctx.interrupted(); round += 1) {
     const priming = round === 0;
@@ -200,7 +203,7 @@ export async function measurePair(ctx: BenchContext, baselineSide: PairSide, pro
     const m = median(xs.filter((x): x is number => x !== null));
     return m === null ? null : round3(m);
   };
-  return { shape: described(shape), connections: PAIR_CONNECTIONS, rounds, ratio: med(rounds.map((r) => r.ratio)), cpuRatio: med(rounds.map((r) => r.cpuRatio)), totalCpuRatio: med(rounds.map((r) => r.totalCpuRatio)) };
+  return { shape: described(shape), connections: PAIR_CONNECTIONS, rounds, ratio: med(rounds.map((r) => r.ratio)), cpuRatio: med(rounds.map((r) => r.cpuRatio)), totalCpuRatio: med(rounds.map((r) => r.totalCpuRatio)), primeS };
 }
 
 /** A shape as the report and the results file describe it (its key plan left out). */

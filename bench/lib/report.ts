@@ -85,6 +85,12 @@ function lostNote(lost: number | null | undefined, who = 'the traced proxy'): st
   return ` **Not judged:** ${who} lost at least ${lost.toLocaleString('en')} spans during this pair (its log: tracing: spans lost), so it encoded and sent fewer than every request sampled asks for and its CPU per request reads low.`;
 }
 
+/** How long a pair's sides were loaded before its counted rounds, for its lead sentence. */
+function primed(primeS: number | undefined): string {
+  if (primeS === undefined) return '';
+  return primeS > 0 ? `, after ${primeS} s of load not counted` : ', with no load before the counted rounds';
+}
+
 function pairTable(pair: PairResult | null): string[] {
   if (pair === null) return [];
   const x = (v: number | null): string => (v === null ? '—' : `${v.toFixed(3)}×`);
@@ -93,7 +99,7 @@ function pairTable(pair: PairResult | null): string[] {
   const builds = pair.shape.id.startsWith('build-pair');
   const out = [
     '',
-    `${pair.shape.title} loaded at the same moment, ${pair.connections} connections each, each with an upstream of its own${tracing ? ' (the traced side\'s span sink counted with its upstream)' : ''}, all on the same CPU (lib/pair.ts); CPU µs per request from /proc over the middle of each run:`,
+    `${pair.shape.title} loaded at the same moment, ${pair.connections} connections each, each with an upstream of its own${tracing ? ' (the traced side\'s span sink counted with its upstream)' : ''}, all on the same CPU (lib/pair.ts)${primed(pair.primeS)}; CPU µs per request from /proc over the middle of each run:`,
     '',
     `| round | ${a} req/s | ${b} req/s | ${b} / ${a} req/s | ${a} CPU | ${b} CPU | ${b} / ${a} CPU | its upstream${tracing ? ' (+ sink)' : ''}: ${a} / ${b} | with the upstream: ${b} / ${a} | |`,
     '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|',

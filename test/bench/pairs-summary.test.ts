@@ -108,6 +108,33 @@ describe('grouping runs', () => {
     assert.match(renderPooled(groups), /build e3c6c03abcde, Node v20\.20\.2 \(NODE_OPTIONS=--max-semi-space-size=16\): [^\n]*\| 1 \| 1\.020 \|/);
   });
 
+  test('runs primed for different times are not pooled together; results from before priming was recorded form their own group', () => {
+    const groups = groupPairs([
+      run('long.json', '1', [tracePair(1.02, { primeS: 30 })]),
+      run('short.json', '2', [tracePair(1.08, { primeS: 2 })]),
+      run('old.json', '3', [tracePair(1.05)]),
+      run('long2.json', '4', [tracePair(1.03, { primeS: 30 })]),
+    ]);
+    assert.deepEqual(groups.map((g) => [g.primeS, g.runs.map((r) => r.file)]), [[30, ['long.json', 'long2.json']], [2, ['short.json']], [null, ['old.json']]]);
+    const text = renderPooled(groups);
+    assert.match(text, /Node v20\.20\.2, primed 30 s: [^\n]*\| 2 \| 1\.020, 1\.030 \|/);
+    assert.match(text, /Node v20\.20\.2, primed 2 s: [^\n]*\| 1 \| 1\.080 \|/);
+    assert.match(text, /Node v20\.20\.2: Tracing side by side[^\n]*\| 1 \| 1\.050 \|/);
+    // A single run's report says how long its sides were loaded before the counted rounds.
+    const report = (primeS?: number): string => renderReport({ header: '#', rows: [], skipped: [], memory: {}, rss: [], claim: null, pair: null, tracePairs: [tracePair(1.04, primeS === undefined ? {} : { primeS })], buildPairs: [] });
+    assert.match(report(30), /all on the same CPU \(lib\/pair\.ts\), after 30 s of load not counted; CPU µs per request/);
+    assert.match(report(0), /, with no load before the counted rounds; CPU µs/);
+    assert.match(report(), /all on the same CPU \(lib\/pair\.ts\); CPU µs/);
+  });
+
+  test('the tracing pairs prime for BENCH_TRACE_PRIME seconds (30 unless set), checked by name', () => {
+    assert.equal(parseRunOptions([], {}).tracePrimeS, 30);
+    assert.equal(parseRunOptions([], { BENCH_TRACE_PRIME: '0' }).tracePrimeS, 0);
+    assert.equal(parseRunOptions([], { BENCH_TRACE_PRIME: '60' }).tracePrimeS, 60);
+    assert.throws(() => parseRunOptions([], { BENCH_TRACE_PRIME: '121' }), /BENCH_TRACE_PRIME=121: expected a number from 0 to 120/);
+    assert.throws(() => parseRunOptions([], { BENCH_TRACE_PRIME: 'long' }), /BENCH_TRACE_PRIME=long/);
+  });
+
   test('a build pair is pooled only with runs against the same other build', () => {
     const build = (ratio: number): PairResult => tracePair(ratio, { spansLost: undefined }, 'build-pair-replay', 'Builds side by side, replay');
     const groups = groupPairs([
@@ -187,6 +214,10 @@ describe('the command', () => {
     r = summary(badPair);
     assert.equal(r.status, 2);
     assert.match(r.stderr, /bad-pair\.json: tracePairs\[0\]: not a pair's result/);
+    const badPrime = write('bad-prime.json', { startedAt: 'x', node: 'v20', tracePairs: [tracePair(1.02, { primeS: 'long' as unknown as number })] });
+    r = summary(badPrime);
+    assert.equal(r.status, 2);
+    assert.match(r.stderr, /bad-prime\.json: tracePairs\[0\]: primeS: not a number of seconds/);
     r = summary(join(dir, 'missing.json'));
     assert.equal(r.status, 2);
     assert.match(r.stderr, /missing\.json: not a bench results file \(ENOENT/);
