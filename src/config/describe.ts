@@ -126,7 +126,7 @@ export function describeConfig(config: Config): string {
     ['clients', clientsText(config)],
     ['admin', admin],
     ['upstream', `${upstream.url} (timeout ${formatDuration(upstream.timeoutMs)}, ${upstream.connections} connections${upstream.keepAliveTimeoutMs === null ? '' : `, idle for at most ${formatDuration(upstream.keepAliveTimeoutMs)}`})`],
-    ['store', store.postgres === null ? `embedded PGlite in ${store.dataDir} (single instance only)` : `PostgreSQL ${maskUrl(store.postgres)} (pool ${store.poolSize}, timeout ${formatDuration(store.timeoutMs)}${store.preparedStatements ? '' : ', unnamed statements'})`],
+    ['store', store.postgres === null ? `embedded PGlite in ${store.dataDir} (single instance only)` : `PostgreSQL ${maskUrl(store.postgres)} (pool ${store.poolSize}, idle connections closed after ${formatDuration(store.idleTimeoutMs)}, timeout ${formatDuration(store.timeoutMs)}${store.preparedStatements ? '' : ', unnamed statements'})`],
     ['cache', store.redis === null ? 'none' : `Redis ${maskUrl(store.redis)}`],
     ['migrations', store.migrate ? 'applied by serve at start' : 'not applied by serve (run migrate)'],
     ['sweeper', `every ${formatDuration(store.sweepIntervalMs)}, ${store.sweepBatchSize} rows per batch`],

@@ -126,6 +126,7 @@ export function configSchema(): Schema {
         redis: { type: ['string', 'null'] },
         dataDir: { type: 'string', minLength: 1 },
         poolSize: { type: 'integer', minimum: 1 },
+        idleTimeout: duration,
         migrate: { type: 'boolean' },
         sweepInterval: duration,
         sweepBatchSize: { type: 'integer', minimum: 1 },

@@ -101,6 +101,8 @@ export interface StoreConfig {
   readonly redis: string | null; // null → no cache
   readonly dataDir: string; // embedded store directory
   readonly poolSize: number;
+  /** store.idleTimeout: a pool connection idle this long is closed. */
+  readonly idleTimeoutMs: number;
   readonly migrate: boolean; // serve applies migrations at start
   readonly sweepIntervalMs: number;
   readonly sweepBatchSize: number;

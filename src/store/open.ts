@@ -30,6 +30,7 @@ function pgPool(cfg: StoreConfig, connectionString: string, logger: Logger): Db 
   return createPgDb({
     connectionString,
     max: cfg.poolSize,
+    idleTimeoutMs: cfg.idleTimeoutMs,
     timeoutMs: cfg.timeoutMs,
     preparedStatements: cfg.preparedStatements,
     onError: (err) => logger.warn({ err: err.message }, 'idle PostgreSQL connection lost'),

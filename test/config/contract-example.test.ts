@@ -43,6 +43,7 @@ test('contract example with DATABASE_URL and REDIS_URL unset', () => {
     redis: null,
     dataDir: '.idempotency-proxy/data',
     poolSize: 10,
+    idleTimeoutMs: 300_000,
     migrate: true,
     sweepIntervalMs: 60_000,
     sweepBatchSize: 1_000,

@@ -32,9 +32,16 @@ test('never prints passwords or the admin token', () => {
   for (const secret of ['admin-t0ken-value', 'pg-pa55word', 'key-pa55', 'redis-pa55word']) {
     assert.ok(!text.includes(secret), `${secret} leaked`);
   }
-  assert.match(text, /PostgreSQL postgresql:\/\/app:\*\*\*\*@db\.internal:5432\/app\?sslmode=require&sslpassword=\*\*\*\*/);
+  assert.match(text, /PostgreSQL postgresql:\/\/app:\*\*\*\*@db\.internal:5432\/app\?sslmode=require&sslpassword=\*\*\*\* \(pool 10, idle connections closed after 5m, timeout 5s\)/);
   assert.match(text, /Redis rediss:\/\/:\*\*\*\*@cache\.internal:6380\/0/);
   assert.match(text, /admin token: set, not shown/);
+});
+
+test('the store line says how long an idle PostgreSQL connection is kept', () => {
+  const line = (store: string): string => describeConfig(loadConfig({ text: `upstream: { url: http://127.0.0.1:3000 }\nstore: ${store}\n`, env: {} }))
+    .split('\n').find((l) => l.includes('PostgreSQL'))!;
+  assert.match(line('{ postgres: "postgres://db/app", poolSize: 4, idleTimeout: 30s }'), /\(pool 4, idle connections closed after 30s, timeout 5s\)/);
+  assert.match(line('{ postgres: "postgres://db/app", idleTimeout: 24d }'), /\(pool 10, idle connections closed after 24d, timeout 5s\)/);
 });
 
 test('maskUrl leaves URLs without secrets readable and hides unparsable ones', () => {

@@ -32,7 +32,7 @@ routes:
 `);
   assert.deepEqual(errors, [
     'lissten: unknown field (expected one of: listen, admin, adminToken, upstream, store, limits, logLevel, shutdownTimeout, defaults, routes, tracing) (line 2)',
-    'store.postgress: unknown field (expected one of: postgres, redis, dataDir, poolSize, migrate, sweepInterval, sweepBatchSize, timeout, preparedStatements, shardRouting) (line 4)',
+    'store.postgress: unknown field (expected one of: postgres, redis, dataDir, poolSize, idleTimeout, migrate, sweepInterval, sweepBatchSize, timeout, preparedStatements, shardRouting) (line 4)',
     'defaults.fingerprint.canonical: unknown field (expected one of: headers, query, json, exclude) (line 6)',
     'defaults.tenant: must set exactly one of fromHeader, fromHeaderHash, constant, fromClientCert (line 7)',
     'defaults.tenant.extra: unknown field (expected one of: fromHeader, fromHeaderHash, constant, fromClientCert) (line 7)',
@@ -205,7 +205,7 @@ test('tracing.protocol: http/protobuf by default, the OTEL_* variables, grpc ref
 
 test('a duration the proxy counts down is at most 24 days (Node timers fire at once past about 24.8); ttl, kept by the store, is not bounded', () => {
   const errors = errorsOf(`upstream: { url: http://127.0.0.1:3000, timeout: 30d, keepAliveTimeout: 25d }
-store: { timeout: 1000d, sweepInterval: 24d1ms }
+store: { timeout: 1000d, sweepInterval: 24d1ms, idleTimeout: 30d }
 shutdownTimeout: 25d
 defaults: { ttl: 365d, lease: 40d }
 routes:
@@ -216,6 +216,7 @@ routes:
   assert.deepEqual(errors, [
     over('upstream.timeout', '30d', 1),
     over('upstream.keepAliveTimeout', '25d', 1),
+    over('store.idleTimeout', '30d', 2),
     over('store.sweepInterval', '576h1ms', 2),
     over('store.timeout', '1000d', 2),
     over('shutdownTimeout', '25d', 3),

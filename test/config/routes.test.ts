@@ -86,7 +86,7 @@ test('every enum and store option reaches the Config', () => {
   const config = load(`
 adminToken: t0ken
 logLevel: debug
-store: { dataDir: /var/lib/idem, poolSize: 3, migrate: false, sweepInterval: 5m, sweepBatchSize: 50 }
+store: { dataDir: /var/lib/idem, poolSize: 3, idleTimeout: 90s, migrate: false, sweepInterval: 5m, sweepBatchSize: 50 }
 defaults:
   mode: shadow
   mismatchStatus: 400
@@ -102,7 +102,7 @@ defaults:
   const route = config.routes[0] as RoutePolicy;
   assert.equal(config.adminToken, 't0ken');
   assert.equal(config.logLevel, 'debug');
-  assert.deepEqual(config.store, { postgres: null, redis: null, dataDir: '/var/lib/idem', poolSize: 3, migrate: false, sweepIntervalMs: 300_000, sweepBatchSize: 50, timeoutMs: 5_000, preparedStatements: true, shardRouting: true });
+  assert.deepEqual(config.store, { postgres: null, redis: null, dataDir: '/var/lib/idem', poolSize: 3, idleTimeoutMs: 90_000, migrate: false, sweepIntervalMs: 300_000, sweepBatchSize: 50, timeoutMs: 5_000, preparedStatements: true, shardRouting: true });
   assert.equal(route.mode, 'shadow');
   assert.equal(route.mismatchStatus, 400);
   assert.equal(route.onInFlight, 'wait');
