@@ -3,11 +3,11 @@
 // two-core machine, and the tracing target is 5 % wide, so single runs fall
 // on both sides of it. This reads the raw results of several runs and, for
 // each pair measured alike (the same pair and setting, build, Node,
-// NODE_OPTIONS and priming), puts each run's median CPU per request beside their mean
-// and its one-sided 95 % bounds; for the tracing pairs it says whether those
-// runs decide the target (met, missed, not decided) against the limit the
-// single runs' report names (lib/pooled.ts). Not a bench run: it measures
-// nothing itself.
+// NODE_OPTIONS and priming), puts each run's median CPU per request beside
+// their mean and its one-sided 95 % bounds; for the tracing pairs it says
+// whether those runs decide the target (met, missed, not decided) against
+// the limit the single runs' report names (lib/pooled.ts). Not a bench run:
+// it measures nothing itself.
 //
 //   node dist/bench/pairs-summary.js bench/results/<run>.json …
 //     → markdown on stdout; exit 2 with a message naming the file when one is not a results file
