@@ -294,7 +294,7 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) {
 
       test('idempotency_step: two workers on the same message at the same moment, each in its own transaction: the side effect happens once; a rollback lets the other do it', async () => {
         await q(db, 'CREATE TABLE IF NOT EXISTS side_effects (message text NOT NULL, worker int NOT NULL)');
-        const worker = async (id: number, message: string, gate: Promise<void>, rollback: boolean): Promise<boolean> => {
+        const worker = async (id: number, message: string, gate: Promise<void>): Promise<boolean> => {
           const client = new pg.Client({ connectionString: url! });
           await client.connect();
           try {
@@ -303,7 +303,7 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) {
             const first = await step(client, 'inbox', message, '1 day');
             if (first) await client.query('INSERT INTO side_effects VALUES ($1, $2)', [message, id]);
             await new Promise((r) => setTimeout(r, 100)); // the other worker is waiting on the marker now
-            await client.query(rollback ? 'ROLLBACK' : 'COMMIT');
+            await client.query('COMMIT');
             return first;
           } finally {
             await client.end();
@@ -311,20 +311,31 @@ for (const backend of ['postgres', 'pglite'] as Backend[]) {
         };
         let open!: () => void;
         const gate = new Promise<void>((r) => { open = r; });
-        const both = Promise.all([worker(1, 'msg-1', gate, false), worker(2, 'msg-1', gate, false)]);
+        const both = Promise.all([worker(1, 'msg-1', gate), worker(2, 'msg-1', gate)]);
         open();
         const firsts = await both;
         assert.equal(firsts.filter(Boolean).length, 1, 'one worker did the step');
         assert.equal((await q<{ n: number }>(db, `SELECT count(*)::int AS n FROM side_effects WHERE message = 'msg-1'`))[0]!.n, 1);
 
-        // The first worker rolls back: the other, waiting on its marker, then does the step itself.
-        let open2!: () => void;
-        const gate2 = new Promise<void>((r) => { open2 = r; });
-        const first = worker(3, 'msg-2', gate2, true);
-        open2();
-        await new Promise((r) => setTimeout(r, 30));
-        const second = worker(4, 'msg-2', Promise.resolve(), false);
-        assert.deepEqual(await Promise.all([first, second]), [true, true]);
+        // The first worker rolls back: the other, waiting on its marker, then does the step itself. The other's
+        // step is sent once the first has done its own, and the first rolls back only once the other is seen
+        // waiting on the marker's lock (not after a fixed head start, which a loaded machine can overrun).
+        const w3 = new pg.Client({ connectionString: url!, application_name: 'idempotency-proxy' });
+        const w4 = new pg.Client({ connectionString: url!, application_name: 'idempotency-proxy' });
+        await Promise.all([w3.connect(), w4.connect()]);
+        try {
+          await Promise.all([w3.query('BEGIN'), w4.query('BEGIN')]);
+          assert.equal(await step(w3, 'inbox', 'msg-2', '1 day'), true, 'the first worker does the step');
+          await w3.query('INSERT INTO side_effects VALUES ($1, $2)', ['msg-2', 3]);
+          const second = step(w4, 'inbox', 'msg-2', '1 day');
+          await waitFor('the second worker waiting on the first one\'s marker', async () => (await lockWaiters(url!)) === 1, 10_000, 20);
+          await w3.query('ROLLBACK');
+          assert.equal(await second, true, 'after the rollback the waiting worker does the step');
+          await w4.query('INSERT INTO side_effects VALUES ($1, $2)', ['msg-2', 4]);
+          await w4.query('COMMIT');
+        } finally {
+          await Promise.all([w3.end(), w4.end()]);
+        }
         assert.deepEqual(await q(db, `SELECT worker FROM side_effects WHERE message = 'msg-2'`), [{ worker: 4 }]);
       });
     }
