@@ -199,8 +199,26 @@ function newestDump(pid: number, n: number): { main: Map<string, number>; all: M
   return { main: events(mainThread, n), all };
 }
 
-/** The byte counts a scavenge's --trace-gc-nvp line carries, and how to read each. */
-const BYTE_FIELDS = (['allocated', 'new_space_survived', 'promoted'] as const).map((f) => [f, new RegExp(` ${f}=(\\d+)`)] as const);
+/** The byte counts a scavenge's --trace-gc-nvp line carries. */
+const BYTE_FIELDS = ['allocated', 'new_space_survived', 'promoted'] as const;
+type GcLine = { readonly gc: string; readonly pause: number } & { readonly [F in (typeof BYTE_FIELDS)[number]]?: number };
+const NVP_FIELD = /(\S+)=(\S+)/g;
+
+/**
+ * One collection's --trace-gc-nvp line, or null for any other line. V8 up to Node 24's writes name=value pairs
+ * (`pause=1.3 ... gc=s ... allocated=5048528`); Node 26's V8 writes the same names as one JSON object after `GC: `.
+ */
+function gcLine(line: string): GcLine | null {
+  const json = line.indexOf('GC: {');
+  if (json >= 0) {
+    const o = JSON.parse(line.slice(json + 4)) as Record<string, unknown>;
+    return typeof o.gc === 'string' && typeof o.pause === 'number' ? (o as GcLine) : null;
+  }
+  if (!/ gc=\S/.test(line)) return null;
+  const o: Record<string, string | number> = {};
+  for (const [, k, v] of line.matchAll(NVP_FIELD)) o[k!] = k === 'gc' ? v! : Number(v);
+  return o as GcLine;
+}
 
 /**
  * What --trace-gc-nvp logged in `text` (the proxy's log between two readings of its length), a request (of `n`): each
@@ -213,15 +231,15 @@ function collections(text: string, n: number): string {
   let pauseMs = 0;
   const bytes = { allocated: 0, new_space_survived: 0, promoted: 0 };
   for (const line of text.split('\n')) {
-    const kind = / gc=(\S+)/.exec(line)?.[1];
-    if (kind === undefined) continue;
-    pauseMs += Number(/ pause=([\d.]+)/.exec(line)?.[1] ?? 0);
-    if (kind !== 's') {
+    const gc = gcLine(line);
+    if (gc === null) continue;
+    pauseMs += gc.pause;
+    if (gc.gc !== 's') {
       full += 1;
       continue;
     }
     scavenges += 1;
-    for (const [field, re] of BYTE_FIELDS) bytes[field] += Number(re.exec(line)?.[1] ?? 0);
+    for (const field of BYTE_FIELDS) bytes[field] += gc[field] ?? 0;
   }
   return `allocated ${(bytes.allocated / n).toFixed(0)} B, survived a scavenge ${(bytes.new_space_survived / n).toFixed(0)} B, `
     + `promoted ${(bytes.promoted / n).toFixed(1)} B, scavenges ${((scavenges * 1000) / n).toFixed(2)} a thousand`
