@@ -1,5 +1,5 @@
 // Runs `node --test` on the compiled test files under the given folders of
-// test/ (default: all of test/), the same way on Node 20, 22 and 24.
+// test/ (default: all of test/), the same way on Node 20, 22, 24 and 26.
 //
 //   node dist/tools/run-tests.js [node --test options] [folder under test/ ...]
 //   node dist/tools/run-tests.js --test-concurrency=1 faults
@@ -7,7 +7,7 @@
 // Why not `node --test dist/test/`: Node 22 and later take positional
 // arguments as files or glob patterns, not folders ("Cannot find module
 // dist/test"); Node 20 has no glob patterns. An explicit list of files works
-// on all three. The list comes from the TypeScript sources (test/**/*.test.ts),
+// on all four. The list comes from the TypeScript sources (test/**/*.test.ts),
 // so a compiled test whose source was deleted is not run, and helper modules
 // under test/ are never run as if they were tests.
 import { spawn } from 'node:child_process';

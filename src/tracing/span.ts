@@ -193,7 +193,7 @@ const LINK: { -readonly [K in keyof SpanLink]: SpanLink[K] } = { t0: 0, t1: 0, t
  * arguments and looked the encoding up. On Node 20 those steps were most of the write's cost (about 0.6 K of
  * tracing's 10.5 K instructions a replay, bench/trace-loop.ts under callgrind; docs/tracing-cost.md), and
  * `b.write` missed its property lookup on every call. Not in Node's documentation, but on Buffer.prototype in
- * every version the proxy runs on (Node 20, 22, 24): test/tracing/traceparent.test.ts checks that it is there
+ * every version the proxy runs on (Node 20, 22, 24, 26): test/tracing/traceparent.test.ts checks that it is there
  * and writes what Buffer#write does.
  */
 const latin1Write = (Buffer.prototype as unknown as { latin1Write: (this: Buffer, s: string, at: number, n: number) => number }).latin1Write;

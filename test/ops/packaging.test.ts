@@ -78,7 +78,7 @@ describe('Dockerfile', () => {
     last = Math.max(...steps.map((s) => s.stage));
   });
 
-  test('multi-stage on node:24-slim (the current LTS): npm ci, build, prune dev dependencies', () => {
+  test('multi-stage on node:24-slim (an LTS line): npm ci, build, prune dev dependencies', () => {
     const froms = steps.filter((s) => s.op === 'FROM');
     assert.ok(froms.length >= 2, 'at least a build and a runtime stage');
     for (const f of froms) assert.match(f.args, /^node:24-slim\b/);
