@@ -205,8 +205,9 @@ type GcLine = { readonly gc: string; readonly pause: number } & { readonly [F in
 const NVP_FIELD = /(\S+)=(\S+)/g;
 
 /**
- * One collection's --trace-gc-nvp line, or null for any other line (or one cut short). V8 up to Node 24's writes name=value pairs
- * (`pause=1.3 ... gc=s ... allocated=5048528`); Node 26's V8 writes the same names as one JSON object after `GC: `.
+ * One collection's --trace-gc-nvp line, or null for any other line (or one cut short). V8 up to Node 24's writes
+ * name=value pairs (`pause=1.3 ... gc=s ... allocated=5048528`); Node 26's V8 writes the same names as one JSON
+ * object after `GC: `.
  */
 function gcLine(line: string): GcLine | null {
   const json = line.indexOf('GC: {');
